@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Builds every binary the real control plane needs from Go modules into a cache
+# directory keyed by the versions; a second run with the same versions is a no-op.
+# Prints the bin directory on its last line.
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=versions.env
+source "$here/versions.env"
+
+key="k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}_helm-${HELM_VERSION}_lws-${LWS_VERSION}"
+cache_root="${KIMIK3_CACHE:-$HOME/.cache/kimik3-operator}"
+bin="$cache_root/tools/$key/bin"
+stamp="$bin/.complete"
+
+if [[ -f "$stamp" ]]; then
+  echo "cluster tools up to date in $bin" >&2
+  echo "$bin"
+  exit 0
+fi
+mkdir -p "$bin"
+export CGO_ENABLED=0 GOFLAGS=-mod=mod GOTOOLCHAIN=local
+started=$(date +%s)
+
+major_minor="${K8S_VERSION#v}"
+major="${major_minor%%.*}"
+minor="${major_minor#*.}"
+minor="${minor%%.*}"
+k8s_ldflags="-s -w"
+for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+  k8s_ldflags+=" -X $pkg.gitVersion=${K8S_VERSION} -X $pkg.gitMajor=${major} -X $pkg.gitMinor=${minor}"
+  k8s_ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
+done
+
+build_k8s() {
+  local name="$1" pkg="$2"
+  [[ -x "$bin/$name" ]] && return 0
+  echo "building $name ($pkg)" >&2
+  (cd "$here/k8s" && go build -trimpath -ldflags "$k8s_ldflags" -o "$bin/$name.tmp" "$pkg")
+  mv "$bin/$name.tmp" "$bin/$name"
+}
+
+build_k8s etcd go.etcd.io/etcd/server/v3
+build_k8s kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver
+build_k8s kube-controller-manager k8s.io/kubernetes/cmd/kube-controller-manager
+build_k8s kube-scheduler k8s.io/kubernetes/cmd/kube-scheduler
+build_k8s kubectl k8s.io/kubernetes/cmd/kubectl
+
+install_tool() {
+  local name="$1" spec="$2" ldflags="${3:--s -w}"
+  [[ -x "$bin/$name" ]] && return 0
+  echo "building $name ($spec)" >&2
+  local tmp
+  tmp="$(mktemp -d)"
+  GOBIN="$tmp" go install -trimpath -ldflags "$ldflags" "$spec"
+  mv "$tmp"/* "$bin/$name"
+  rmdir "$tmp"
+}
+
+install_tool kwok "sigs.k8s.io/kwok/cmd/kwok@${KWOK_VERSION}"
+install_tool kwokctl "sigs.k8s.io/kwok/cmd/kwokctl@${KWOK_VERSION}"
+install_tool helm "helm.sh/helm/v4/cmd/helm@${HELM_VERSION}" \
+  "-s -w -X helm.sh/helm/v4/internal/version.version=${HELM_VERSION}"
+install_tool lws-manager "sigs.k8s.io/lws/cmd@${LWS_VERSION}"
+
+# The LeaderWorkerSet CRDs and webhook configuration come from the same module.
+lws_dir="$(cd "$here/k8s" && GOFLAGS=-mod=mod go mod download -json "sigs.k8s.io/lws@${LWS_VERSION}" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')"
+mkdir -p "$bin/../lws"
+cp "$lws_dir"/config/crd/bases/*.yaml "$bin/../lws/"
+chmod u+w "$bin/../lws/"*.yaml
+
+touch "$stamp"
+echo "cluster tools built in $(( $(date +%s) - started ))s into $bin" >&2
+echo "$bin"

@@ -1,0 +1,1 @@
+"""The KimiK3Deployment API: typed spec, vocabulary and names."""

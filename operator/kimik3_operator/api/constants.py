@@ -1,0 +1,104 @@
+"""Group, labels, annotations, condition types and reasons: the stable vocabulary of the API."""
+
+from __future__ import annotations
+
+from typing import Final
+
+GROUP: Final = "serving.kimik3.io"
+VERSION: Final = "v1alpha1"
+API_VERSION: Final = f"{GROUP}/{VERSION}"
+KIND: Final = "KimiK3Deployment"
+PLURAL: Final = "kimik3deployments"
+
+FIELD_MANAGER: Final = "kimik3-operator"
+SPEC_HASH_ANNOTATION: Final = f"{GROUP}/spec-hash"
+OPERATOR_NAME: Final = "kimik3-operator"
+
+LWS_GROUP: Final = "leaderworkerset.x-k8s.io"
+LWS_VERSION: Final = "v1"
+LWS_PLURAL: Final = "leaderworkersets"
+LWS_CRD: Final = f"{LWS_PLURAL}.{LWS_GROUP}"
+LWS_NAME_LABEL: Final = "leaderworkerset.sigs.k8s.io/name"
+LWS_GROUP_INDEX_LABEL: Final = "leaderworkerset.sigs.k8s.io/group-index"
+LWS_WORKER_INDEX_LABEL: Final = "leaderworkerset.sigs.k8s.io/worker-index"
+LWS_EXCLUSIVE_TOPOLOGY: Final = "leaderworkerset.sigs.k8s.io/exclusive-topology"
+
+MONITORING_GROUP: Final = "monitoring.coreos.com"
+PODMONITOR_CRD: Final = f"podmonitors.{MONITORING_GROUP}"
+
+LABEL_NAME: Final = "app.kubernetes.io/name"
+LABEL_INSTANCE: Final = "app.kubernetes.io/instance"
+LABEL_COMPONENT: Final = "app.kubernetes.io/component"
+LABEL_MANAGED_BY: Final = "app.kubernetes.io/managed-by"
+APP_NAME: Final = "kimi-k3"
+
+COMPONENT_LEADER: Final = "leader"
+COMPONENT_WORKER: Final = "worker"
+COMPONENT_PREFLIGHT: Final = "preflight"
+COMPONENT_SERVING: Final = "serving"
+
+
+class ConditionType:
+    CAPABILITIES_VERIFIED: Final = "CapabilitiesVerified"
+    DRAFTER_PAIRED: Final = "DrafterPaired"
+    PROGRESSING: Final = "Progressing"
+    AVAILABLE: Final = "Available"
+    DEGRADED: Final = "Degraded"
+    SPECULATION_EFFECTIVE: Final = "SpeculationEffective"
+
+
+class Reason:
+    """Condition reasons. They are an API: alerts and scripts match on them."""
+
+    # Progressing / Available
+    WAITING_FOR_LEADER_WORKER_SET: Final = "WaitingForLeaderWorkerSet"
+    GROUPS_STARTING: Final = "GroupsStarting"
+    ROLLING_UPDATE: Final = "RollingUpdate"
+    AVAILABLE: Final = "Available"
+    NO_GROUP_READY: Final = "NoGroupReady"
+    SOME_GROUPS_READY: Final = "SomeGroupsReady"
+    SCALED_TO_ZERO: Final = "ScaledToZero"
+    BLOCKED: Final = "Blocked"
+    # Degraded
+    AS_EXPECTED: Final = "AsExpected"
+    INVALID_SPEC: Final = "InvalidSpec"
+    LEADER_WORKER_SET_CRD_MISSING: Final = "LeaderWorkerSetCRDMissing"
+    POD_CRASH_LOOPING: Final = "PodCrashLooping"
+    POD_OOM_KILLED: Final = "PodOOMKilled"
+    IMAGE_PULL_FAILED: Final = "ImagePullFailed"
+    INSUFFICIENT_GPUS: Final = "InsufficientGPUs"
+    UNSCHEDULABLE: Final = "Unschedulable"
+    APPLY_FAILED: Final = "ApplyFailed"
+    PREFLIGHT_FAILED: Final = "PreflightFailed"
+
+
+# Flags the operator generates; extraArgs may not set them (the CRD rejects them too).
+OWNED_FLAGS: Final = (
+    "--model",
+    "--served-model-name",
+    "--revision",
+    "--tensor-parallel-size",
+    "-tp",
+    "--pipeline-parallel-size",
+    "-pp",
+    "--decode-context-parallel-size",
+    "-dcp",
+    "--enable-expert-parallel",
+    "-ep",
+    "--distributed-executor-backend",
+    "--nnodes",
+    "--node-rank",
+    "--master-addr",
+    "--master-port",
+    "--headless",
+    "--port",
+    "--host",
+    "--max-model-len",
+    "--gpu-memory-utilization",
+    "--kv-cache-dtype",
+    "--language-model-only",
+    "--speculative-config",
+    "--spec-method",
+    "--spec-model",
+    "--spec-tokens",
+)

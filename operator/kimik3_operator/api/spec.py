@@ -1,0 +1,288 @@
+"""The typed, defaulted spec of a KimiK3Deployment, and the one place that parses it.
+
+Every field's JSON name is its camelCase form unless a field says otherwise through
+``metadata={"json": ...}``; defaults here are the same as the CRD schema's (a unit test
+walks both and fails on any disagreement).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, Union, get_args, get_origin
+
+Architecture = Literal[
+    "KimiLinearForCausalLM",
+    "KimiK3ForConditionalGeneration",
+    "KimiK31ForConditionalGeneration",
+]
+DrafterMethod = Literal["dspark", "eagle3", "dflash", "mtp", "none"]
+Platform = Literal["nvidia", "amd"]
+PreflightMode = Literal["Enforce", "Warn", "Disabled"]
+ServiceType = Literal["ClusterIP", "NodePort", "LoadBalancer"]
+SampleMethod = Literal["greedy", "probabilistic"]
+RejectionSampleMethod = Literal["standard", "synthetic", "block"]
+
+TEXT_ONLY_ARCHITECTURE: Architecture = "KimiLinearForCausalLM"
+MULTIMODAL_ARCHITECTURES: tuple[Architecture, ...] = (
+    "KimiK3ForConditionalGeneration",
+    "KimiK31ForConditionalGeneration",
+)
+EAGLE3_FAMILY: tuple[DrafterMethod, ...] = ("dspark", "eagle3", "dflash")
+
+
+class SpecError(ValueError):
+    """A spec that cannot be served: names the field, the value and the fix."""
+
+    def __init__(self, path: str, value: Any, problem: str, fix: str = "") -> None:
+        self.path = path
+        self.value = value
+        self.problem = problem
+        self.fix = fix
+        text = f"{path}={value!r}: {problem}"
+        if fix:
+            text += f"; {fix}"
+        super().__init__(text)
+
+
+@dataclass(frozen=True)
+class SecretKeyRef:
+    name: str
+    key: str = "token"
+
+
+@dataclass(frozen=True)
+class HuggingFaceSource:
+    pass
+
+
+@dataclass(frozen=True)
+class PVCSource:
+    claim_name: str
+    path: str = ""
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    hugging_face: HuggingFaceSource | None = None
+    pvc: PVCSource | None = None
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    repo: str = "moonshotai/Kimi-K3"
+    revision: str = "main"
+    architecture: Architecture = TEXT_ONLY_ARCHITECTURE
+    served_name: str = ""
+    source: ModelSource = field(default_factory=lambda: ModelSource(HuggingFaceSource()))
+    hf_token_secret_ref: SecretKeyRef | None = None
+
+    @property
+    def multimodal(self) -> bool:
+        return self.architecture in MULTIMODAL_ARCHITECTURES
+
+
+@dataclass(frozen=True)
+class DrafterSpec:
+    method: DrafterMethod = "dspark"
+    repo: str = ""
+    revision: str = "main"
+    num_speculative_tokens: int | None = None
+    draft_tensor_parallel_size: int | None = None
+    draft_sample_method: SampleMethod | None = None
+    rejection_sample_method: RejectionSampleMethod | None = None
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    image: str = "vllm/vllm-openai:v0.33.0"
+    version: str = ""
+    platform: Platform = "nvidia"
+    max_model_len: int = 32768
+    gpu_memory_utilization: float = 0.9
+    kv_cache_dtype: str = "fp8"
+    extra_args: tuple[str, ...] = ()
+    env: tuple[Mapping[str, Any], ...] = ()
+
+
+@dataclass(frozen=True)
+class ParallelismSpec:
+    tensor: int = 16
+    pipeline: int = 1
+    decode_context: int = 1
+    expert: bool = False
+
+
+@dataclass(frozen=True)
+class PlacementSpec:
+    gpus_per_node: int = 8
+    gpu_resource: str = "nvidia.com/gpu"
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    tolerations: tuple[Mapping[str, Any], ...] = ()
+    topology_key: str = ""
+    scheduler_name: str = ""
+    priority_class_name: str = ""
+
+
+@dataclass(frozen=True)
+class ResourcesSpec:
+    cpu: str = ""
+    memory: str = ""
+    shared_memory: str = "64Gi"
+
+
+@dataclass(frozen=True)
+class ServiceSpec:
+    port: int = 8000
+    type: ServiceType = "ClusterIP"
+
+
+@dataclass(frozen=True)
+class RolloutSpec:
+    max_surge: int | str = 0
+    max_unavailable: int | str = 1
+
+
+@dataclass(frozen=True)
+class PreflightSpec:
+    mode: PreflightMode = "Enforce"
+    probe: bool = True
+
+
+@dataclass(frozen=True)
+class MonitoringSpec:
+    pod_monitor: bool = True
+    min_acceptance_rate: float = 0.5
+
+
+@dataclass(frozen=True)
+class KimiK3DeploymentSpec:
+    replicas: int = 1
+    model: ModelSpec = field(default_factory=ModelSpec)
+    drafter: DrafterSpec = field(default_factory=DrafterSpec)
+    engine: EngineSpec = field(default_factory=EngineSpec)
+    parallelism: ParallelismSpec = field(default_factory=ParallelismSpec)
+    placement: PlacementSpec = field(default_factory=PlacementSpec)
+    resources: ResourcesSpec = field(default_factory=ResourcesSpec)
+    service: ServiceSpec = field(default_factory=ServiceSpec)
+    rollout: RolloutSpec = field(default_factory=RolloutSpec)
+    preflight: PreflightSpec = field(default_factory=PreflightSpec)
+    monitoring: MonitoringSpec = field(default_factory=MonitoringSpec)
+
+    @property
+    def gpus_per_replica(self) -> int:
+        return self.parallelism.tensor * self.parallelism.pipeline
+
+    @property
+    def nodes_per_replica(self) -> int:
+        """Pods (one per node) in a group; 1 when the group fits one node."""
+        per_node = self.placement.gpus_per_node
+        return max(1, -(-self.gpus_per_replica // per_node))
+
+    @property
+    def gpus_per_pod(self) -> int:
+        return min(self.gpus_per_replica, self.placement.gpus_per_node)
+
+    @property
+    def served_model_name(self) -> str:
+        return self.model.served_name or self.model.repo
+
+    @property
+    def speculative(self) -> bool:
+        return self.drafter.method != "none"
+
+
+def json_name(f: dataclasses.Field[Any]) -> str:
+    """The camelCase key of a dataclass field in the resource."""
+    explicit = f.metadata.get("json")
+    if explicit:
+        return str(explicit)
+    head, *rest = f.name.split("_")
+    return head + "".join(part.capitalize() for part in rest)
+
+
+def parse_spec(data: Mapping[str, Any] | None) -> KimiK3DeploymentSpec:
+    """Parse a resource's ``spec`` into the typed spec, applying every default.
+
+    Raises SpecError naming the first field whose type or value is wrong, and the
+    cross-field rules the schema also states (for resources written before the schema).
+    """
+    spec = _parse_dataclass(KimiK3DeploymentSpec, data or {}, "spec")
+    validate(spec)
+    return spec
+
+
+def validate(spec: KimiK3DeploymentSpec) -> None:
+    from kimik3_operator.api.validation import first_error
+
+    error = first_error(spec)
+    if error is not None:
+        raise error
+
+
+def _parse_dataclass(cls: type[Any], data: Any, path: str) -> Any:
+    if not isinstance(data, Mapping):
+        raise SpecError(path, data, "must be an object")
+    hints = typing.get_type_hints(cls)
+    kwargs: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        key = json_name(f)
+        if key in data and data[key] is not None:
+            kwargs[f.name] = _convert(hints[f.name], data[key], f"{path}.{key}")
+    try:
+        return cls(**kwargs)
+    except TypeError as exc:
+        missing = [json_name(f) for f in dataclasses.fields(cls) if f.name not in kwargs]
+        raise SpecError(path, dict(data), f"is missing a required field ({exc})",
+                        f"set one of {missing}") from exc
+
+
+def _convert(hint: Any, value: Any, path: str) -> Any:
+    origin = get_origin(hint)
+    if origin in (Union, types.UnionType):
+        options = [a for a in get_args(hint) if a is not type(None)]
+        errors: list[SpecError] = []
+        for option in options:
+            try:
+                return _convert(option, value, path)
+            except SpecError as exc:
+                errors.append(exc)
+        raise errors[0]
+    if origin is Literal:
+        allowed = get_args(hint)
+        if value not in allowed:
+            raise SpecError(path, value, "is not allowed", f"use one of {list(allowed)}")
+        return value
+    if origin is tuple:
+        if not isinstance(value, list | tuple):
+            raise SpecError(path, value, "must be a list")
+        item = get_args(hint)[0]
+        return tuple(_convert(item, v, f"{path}[{i}]") for i, v in enumerate(value))
+    if origin in (Mapping, dict) or hint is Mapping:
+        if not isinstance(value, Mapping):
+            raise SpecError(path, value, "must be an object")
+        return dict(value)
+    if dataclasses.is_dataclass(hint):
+        return _parse_dataclass(hint, value, path)  # type: ignore[arg-type]
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise SpecError(path, value, "must be true or false")
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise SpecError(path, value, "must be an integer")
+        return value
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise SpecError(path, value, "must be a number")
+        return float(value)
+    if hint is str:
+        if not isinstance(value, str):
+            raise SpecError(path, value, "must be a string")
+        return value
+    if hint is Any:
+        return value
+    raise TypeError(f"unsupported type {hint!r} at {path}")

@@ -1,0 +1,25 @@
+"""Every child of one KimiK3Deployment, in the order they are applied."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kimik3_operator.api.spec import KimiK3DeploymentSpec
+from kimik3_operator.builders.common import Owner, with_spec_hash
+from kimik3_operator.builders.leaderworkerset import build_leader_worker_set
+from kimik3_operator.builders.podmonitor import build_pod_monitor, wants_pod_monitor
+from kimik3_operator.builders.service import build_service
+from kimik3_operator.preflight.pairing import resolve_drafter
+
+
+def build_children(
+    spec: KimiK3DeploymentSpec, owner: Owner, *, pod_monitor_available: bool = True
+) -> list[dict[str, Any]]:
+    drafter = resolve_drafter(spec)
+    children = [
+        build_service(spec, owner),
+        build_leader_worker_set(spec, owner, drafter),
+    ]
+    if wants_pod_monitor(spec) and pod_monitor_available:
+        children.append(build_pod_monitor(spec, owner))
+    return [with_spec_hash(child) for child in children]

@@ -1,0 +1,60 @@
+"""Metadata shared by every child: labels and the owner reference."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from kimik3_operator.api import constants as c
+
+
+@dataclass(frozen=True)
+class Owner:
+    """The KimiK3Deployment that owns the children."""
+
+    name: str
+    namespace: str
+    uid: str
+
+    def reference(self) -> dict[str, Any]:
+        return {
+            "apiVersion": c.API_VERSION,
+            "kind": c.KIND,
+            "name": self.name,
+            "uid": self.uid,
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+
+
+def labels(owner: Owner, component: str) -> dict[str, str]:
+    return {
+        c.LABEL_NAME: c.APP_NAME,
+        c.LABEL_INSTANCE: owner.name,
+        c.LABEL_COMPONENT: component,
+        c.LABEL_MANAGED_BY: c.OPERATOR_NAME,
+    }
+
+
+def selector_labels(owner: Owner, component: str) -> dict[str, str]:
+    return {c.LABEL_INSTANCE: owner.name, c.LABEL_COMPONENT: component}
+
+
+def metadata(owner: Owner, name: str, component: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "namespace": owner.namespace,
+        "labels": labels(owner, component),
+        "ownerReferences": [owner.reference()],
+    }
+
+
+def with_spec_hash(manifest: dict[str, Any]) -> dict[str, Any]:
+    """The manifest with a hash of itself, so a reconcile can tell that nothing changed,
+    including fields the previous version set and this one no longer does."""
+    digest = hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()[:16]
+    meta = manifest.setdefault("metadata", {})
+    meta.setdefault("annotations", {})[c.SPEC_HASH_ANNOTATION] = digest
+    return manifest

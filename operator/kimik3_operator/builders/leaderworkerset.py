@@ -1,0 +1,139 @@
+"""The LeaderWorkerSet: one group of ``nodes_per_replica`` pods per serving replica."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kimik3_operator.api import constants as c
+from kimik3_operator.api import names
+from kimik3_operator.api.spec import KimiK3DeploymentSpec
+from kimik3_operator.builders.command import MODEL_MOUNT, Role, serve_args
+from kimik3_operator.builders.common import Owner, labels, metadata
+from kimik3_operator.builders.probes import leader_probes
+from kimik3_operator.preflight.pairing import ResolvedDrafter
+
+CONTAINER_NAME = "vllm"
+PORT_NAME = "http"
+HF_HOME = "/cache/huggingface"
+
+
+def build_leader_worker_set(
+    spec: KimiK3DeploymentSpec, owner: Owner, drafter: ResolvedDrafter | None
+) -> dict[str, Any]:
+    multi_node = spec.nodes_per_replica > 1
+    leader = _pod_template(spec, owner, drafter, "leader")
+    template: dict[str, Any] = {
+        "size": spec.nodes_per_replica,
+        # Every rank of the mp backend must start together, and a restarted rank cannot
+        # rejoin a running group: restart the whole group.
+        "restartPolicy": "RecreateGroupOnPodRestart",
+    }
+    if multi_node:
+        template["leaderTemplate"] = leader
+        template["workerTemplate"] = _pod_template(spec, owner, drafter, "worker")
+    else:
+        template["workerTemplate"] = leader
+    meta = metadata(owner, names.leader_worker_set(owner.name), c.COMPONENT_SERVING)
+    if spec.placement.topology_key:
+        meta["annotations"] = {c.LWS_EXCLUSIVE_TOPOLOGY: spec.placement.topology_key}
+    return {
+        "apiVersion": f"{c.LWS_GROUP}/{c.LWS_VERSION}",
+        "kind": "LeaderWorkerSet",
+        "metadata": meta,
+        "spec": {
+            "replicas": spec.replicas,
+            # The leader cannot become ready before its workers join: LeaderReady deadlocks.
+            "startupPolicy": "LeaderCreated",
+            "rolloutStrategy": {
+                "type": "RollingUpdate",
+                "rollingUpdateConfiguration": {
+                    "maxSurge": spec.rollout.max_surge,
+                    "maxUnavailable": spec.rollout.max_unavailable,
+                },
+            },
+            "leaderWorkerTemplate": template,
+        },
+    }
+
+
+def _pod_template(
+    spec: KimiK3DeploymentSpec, owner: Owner, drafter: ResolvedDrafter | None, role: Role
+) -> dict[str, Any]:
+    component = c.COMPONENT_LEADER if role == "leader" else c.COMPONENT_WORKER
+    container: dict[str, Any] = {
+        "name": CONTAINER_NAME,
+        "image": spec.engine.image,
+        "command": ["vllm", "serve"],
+        "args": serve_args(spec, drafter, role),
+        "env": _env(spec),
+        "resources": _resources(spec),
+        "volumeMounts": _volume_mounts(spec),
+    }
+    if role == "leader":
+        container["ports"] = [
+            {"name": PORT_NAME, "containerPort": spec.service.port, "protocol": "TCP"}
+        ]
+        container.update(leader_probes(spec, PORT_NAME))
+    pod_spec: dict[str, Any] = {
+        "containers": [container],
+        "volumes": _volumes(spec),
+        # Shard loading and NCCL teardown take a while; do not cut them short.
+        "terminationGracePeriodSeconds": 120,
+    }
+    placement = spec.placement
+    if placement.node_selector:
+        pod_spec["nodeSelector"] = dict(placement.node_selector)
+    if placement.tolerations:
+        pod_spec["tolerations"] = [dict(t) for t in placement.tolerations]
+    if placement.scheduler_name:
+        pod_spec["schedulerName"] = placement.scheduler_name
+    if placement.priority_class_name:
+        pod_spec["priorityClassName"] = placement.priority_class_name
+    return {"metadata": {"labels": labels(owner, component)}, "spec": pod_spec}
+
+
+def _env(spec: KimiK3DeploymentSpec) -> list[dict[str, Any]]:
+    env: list[dict[str, Any]] = [{"name": "HF_HOME", "value": HF_HOME}]
+    ref = spec.model.hf_token_secret_ref
+    if ref is not None:
+        # Only the reference: the token's value never passes through the operator.
+        env.append({
+            "name": "HF_TOKEN",
+            "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}},
+        })
+    env += [dict(e) for e in spec.engine.env]
+    return env
+
+
+def _resources(spec: KimiK3DeploymentSpec) -> dict[str, Any]:
+    amounts: dict[str, Any] = {spec.placement.gpu_resource: spec.gpus_per_pod}
+    if spec.resources.cpu:
+        amounts["cpu"] = spec.resources.cpu
+    if spec.resources.memory:
+        amounts["memory"] = spec.resources.memory
+    return {"requests": dict(amounts), "limits": dict(amounts)}
+
+
+def _volumes(spec: KimiK3DeploymentSpec) -> list[dict[str, Any]]:
+    volumes: list[dict[str, Any]] = [
+        {"name": "dshm", "emptyDir": {"medium": "Memory",
+                                      "sizeLimit": spec.resources.shared_memory}},
+        {"name": "hf-cache", "emptyDir": {}},
+    ]
+    pvc = spec.model.source.pvc
+    if pvc is not None:
+        volumes.append({
+            "name": "model",
+            "persistentVolumeClaim": {"claimName": pvc.claim_name, "readOnly": True},
+        })
+    return volumes
+
+
+def _volume_mounts(spec: KimiK3DeploymentSpec) -> list[dict[str, Any]]:
+    mounts: list[dict[str, Any]] = [
+        {"name": "dshm", "mountPath": "/dev/shm"},
+        {"name": "hf-cache", "mountPath": HF_HOME},
+    ]
+    if spec.model.source.pvc is not None:
+        mounts.append({"name": "model", "mountPath": MODEL_MOUNT, "readOnly": True})
+    return mounts

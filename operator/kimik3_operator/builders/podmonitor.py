@@ -1,0 +1,27 @@
+"""The PodMonitor that scrapes the leaders' /metrics (vLLM's spec-decode counters)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kimik3_operator.api import constants as c
+from kimik3_operator.api import names
+from kimik3_operator.api.spec import KimiK3DeploymentSpec
+from kimik3_operator.builders.common import Owner, metadata, selector_labels
+from kimik3_operator.builders.leaderworkerset import PORT_NAME
+
+
+def wants_pod_monitor(spec: KimiK3DeploymentSpec) -> bool:
+    return spec.monitoring.pod_monitor
+
+
+def build_pod_monitor(spec: KimiK3DeploymentSpec, owner: Owner) -> dict[str, Any]:
+    return {
+        "apiVersion": f"{c.MONITORING_GROUP}/v1",
+        "kind": "PodMonitor",
+        "metadata": metadata(owner, names.pod_monitor(owner.name), c.COMPONENT_LEADER),
+        "spec": {
+            "selector": {"matchLabels": selector_labels(owner, c.COMPONENT_LEADER)},
+            "podMetricsEndpoints": [{"port": PORT_NAME, "path": "/metrics", "interval": "30s"}],
+        },
+    }

@@ -1,0 +1,29 @@
+"""The Service in front of the leaders: workers run headless, without HTTP."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kimik3_operator.api import constants as c
+from kimik3_operator.api import names
+from kimik3_operator.api.spec import KimiK3DeploymentSpec
+from kimik3_operator.builders.common import Owner, metadata, selector_labels
+from kimik3_operator.builders.leaderworkerset import PORT_NAME
+
+
+def build_service(spec: KimiK3DeploymentSpec, owner: Owner) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": metadata(owner, names.service(owner.name), c.COMPONENT_LEADER),
+        "spec": {
+            "type": spec.service.type,
+            "selector": selector_labels(owner, c.COMPONENT_LEADER),
+            "ports": [{
+                "name": PORT_NAME,
+                "port": spec.service.port,
+                "targetPort": PORT_NAME,
+                "protocol": "TCP",
+            }],
+        },
+    }

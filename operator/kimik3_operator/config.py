@@ -1,0 +1,29 @@
+"""Operator settings from KIMIK3_* environment variables, in one place."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Settings:
+    namespaces: tuple[str, ...] = ()  # empty: every namespace
+    resync_seconds: float = 30.0
+    health_endpoint: str = "http://0.0.0.0:8080/healthz"
+    metrics_port: int = 8081
+    peering_name: str = ""  # empty: standalone, no leader election
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        env = os.environ if env is None else env
+        namespaces = tuple(n.strip() for n in env.get("KIMIK3_NAMESPACES", "").split(",")
+                           if n.strip())
+        return cls(
+            namespaces=namespaces,
+            resync_seconds=float(env.get("KIMIK3_RESYNC_SECONDS", cls.resync_seconds)),
+            health_endpoint=env.get("KIMIK3_HEALTH_ENDPOINT", cls.health_endpoint),
+            metrics_port=int(env.get("KIMIK3_METRICS_PORT", cls.metrics_port)),
+            peering_name=env.get("KIMIK3_PEERING_NAME", cls.peering_name),
+        )

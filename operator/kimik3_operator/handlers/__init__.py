@@ -1,0 +1,1 @@
+"""The kopf handlers (thin) and the reconcile they share."""

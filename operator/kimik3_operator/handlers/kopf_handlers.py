@@ -1,0 +1,70 @@
+"""The kopf wiring: every trigger calls the same reconcile. Importing registers them."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import kopf
+
+from kimik3_operator.api import constants as c
+from kimik3_operator.config import Settings
+from kimik3_operator.handlers.reconcile import reconcile
+from kimik3_operator.kube import ApiKube, Kube
+
+SETTINGS = Settings.from_env()
+_kube: Kube | None = None
+MANAGED = {c.LABEL_MANAGED_BY: c.OPERATOR_NAME}
+
+
+def kube() -> Kube:
+    global _kube  # noqa: PLW0603 - one client for the process, made after kopf logs in
+    if _kube is None:
+        _kube = ApiKube.from_environment()
+    return _kube
+
+
+@kopf.on.startup()
+def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=c.GROUP)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=c.GROUP, key="last-handled-configuration")
+    settings.posting.enabled = False  # events are posted by the reconcile, on change only
+    settings.watching.server_timeout = 300
+    settings.execution.max_workers = 8
+
+
+@kopf.on.create(c.GROUP, c.VERSION, c.PLURAL)
+@kopf.on.update(c.GROUP, c.VERSION, c.PLURAL, field="spec")
+@kopf.on.resume(c.GROUP, c.VERSION, c.PLURAL)
+def on_change(body: kopf.Body, **_: Any) -> None:
+    result = reconcile(kube(), body)
+    if result.invalid:
+        raise kopf.PermanentError("the spec is invalid; see the Degraded condition")
+
+
+@kopf.timer(c.GROUP, c.VERSION, c.PLURAL, interval=SETTINGS.resync_seconds, idle=0)
+def resync(body: kopf.Body, **_: Any) -> None:
+    reconcile(kube(), body)
+
+
+def _reconcile_owner(namespace: str | None, labels: Any, logger: logging.Logger) -> None:
+    name = (labels or {}).get(c.LABEL_INSTANCE)
+    if not name or not namespace:
+        return
+    parent = kube().get(c.API_VERSION, c.KIND, name, namespace)
+    if parent is None or parent.get("metadata", {}).get("deletionTimestamp"):
+        return
+    try:
+        reconcile(kube(), parent)
+    except Exception as exc:  # the timer retries; a child event must never crash the watch
+        logger.warning("reconcile of %s/%s after a child event failed: %s", namespace, name, exc)
+
+
+@kopf.on.event("v1", "pods", labels=MANAGED)
+@kopf.on.event(c.LWS_GROUP, c.LWS_VERSION, c.LWS_PLURAL, labels=MANAGED)
+def on_child_event(namespace: str | None, labels: Any, type: str | None,
+                   logger: logging.Logger, **_: Any) -> None:
+    if type is None:  # the initial listing: the resume handlers cover it
+        return
+    _reconcile_owner(namespace, labels, logger)

@@ -1,0 +1,154 @@
+"""A small JSON-in, JSON-out Kubernetes client over the official ``kubernetes`` package.
+
+Objects stay plain dicts in their API (camelCase) form, the same shape the builders make.
+Every write goes through ``apply``, ``patch_status``, ``delete`` or ``create``, so tests can
+count them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any, Protocol
+from urllib.parse import quote
+
+from kimik3_operator.api.constants import FIELD_MANAGER
+
+Obj = dict[str, Any]
+
+PLURALS = {
+    "Service": "services",
+    "Pod": "pods",
+    "Node": "nodes",
+    "Event": "events",
+    "ConfigMap": "configmaps",
+    "Job": "jobs",
+    "LeaderWorkerSet": "leaderworkersets",
+    "PodMonitor": "podmonitors",
+    "KimiK3Deployment": "kimik3deployments",
+    "CustomResourceDefinition": "customresourcedefinitions",
+}
+
+
+class KubeError(Exception):
+    def __init__(self, status: int, reason: str, body: str) -> None:
+        self.status = status
+        self.reason = reason
+        self.body = body
+        message = body
+        try:
+            message = json.loads(body).get("message", body)
+        except (ValueError, AttributeError):
+            pass
+        super().__init__(f"{status} {reason}: {message}")
+
+
+class Kube(Protocol):
+    def get(self, api_version: str, kind: str, name: str, namespace: str | None = None
+            ) -> Obj | None: ...
+
+    def list(self, api_version: str, kind: str, namespace: str | None = None,
+             label_selector: str = "", field_selector: str = "") -> list[Obj]: ...
+
+    def apply(self, manifest: Mapping[str, Any]) -> Obj: ...
+
+    def patch_status(self, api_version: str, kind: str, name: str, namespace: str,
+                     status: Mapping[str, Any]) -> Obj: ...
+
+    def delete(self, api_version: str, kind: str, name: str, namespace: str | None = None
+               ) -> None: ...
+
+    def create(self, manifest: Mapping[str, Any]) -> Obj: ...
+
+
+def resource_path(api_version: str, kind: str, namespace: str | None, name: str = "") -> str:
+    plural = PLURALS[kind]
+    base = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
+    path = f"{base}/namespaces/{quote(namespace)}/{plural}" if namespace else f"{base}/{plural}"
+    return f"{path}/{quote(name)}" if name else path
+
+
+class ApiKube:
+    """The real client: JSON over the API server's REST paths."""
+
+    def __init__(self, api_client: Any) -> None:
+        self._client = api_client
+
+    @classmethod
+    def from_environment(cls) -> ApiKube:
+        import kubernetes
+
+        try:
+            kubernetes.config.load_incluster_config()
+        except kubernetes.config.ConfigException:
+            kubernetes.config.load_kube_config()
+        return cls(kubernetes.client.ApiClient())
+
+    def _call(self, method: str, path: str, *, query: list[tuple[str, str]] | None = None,
+              body: Any = None, content_type: str = "application/json") -> Any:
+        params = self._client.param_serialize(
+            method=method,
+            resource_path=path,
+            query_params=query or [],
+            header_params={"Content-Type": content_type, "Accept": "application/json"},
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        response = self._client.call_api(*params, _request_timeout=30)
+        data = response.read()
+        text = data.decode() if isinstance(data, bytes) else str(data or "")
+        if response.status >= 400:
+            raise KubeError(response.status, str(response.reason), text)
+        return json.loads(text) if text else None
+
+    def get(self, api_version: str, kind: str, name: str, namespace: str | None = None
+            ) -> Obj | None:
+        try:
+            result: Obj = self._call("GET", resource_path(api_version, kind, namespace, name))
+        except KubeError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return result
+
+    def list(self, api_version: str, kind: str, namespace: str | None = None,
+             label_selector: str = "", field_selector: str = "") -> list[Obj]:
+        query = []
+        if label_selector:
+            query.append(("labelSelector", label_selector))
+        if field_selector:
+            query.append(("fieldSelector", field_selector))
+        result = self._call("GET", resource_path(api_version, kind, namespace), query=query)
+        items: list[Obj] = result.get("items", []) or []
+        return items
+
+    def apply(self, manifest: Mapping[str, Any]) -> Obj:
+        meta = manifest["metadata"]
+        path = resource_path(manifest["apiVersion"], manifest["kind"],
+                             meta.get("namespace"), meta["name"])
+        result: Obj = self._call(
+            "PATCH", path, query=[("fieldManager", FIELD_MANAGER), ("force", "true")],
+            body=dict(manifest), content_type="application/apply-patch+yaml")
+        return result
+
+    def patch_status(self, api_version: str, kind: str, name: str, namespace: str,
+                     status: Mapping[str, Any]) -> Obj:
+        path = resource_path(api_version, kind, namespace, name) + "/status"
+        result: Obj = self._call("PATCH", path, body={"status": dict(status)},
+                                 content_type="application/merge-patch+json")
+        return result
+
+    def delete(self, api_version: str, kind: str, name: str, namespace: str | None = None
+               ) -> None:
+        try:
+            self._call("DELETE", resource_path(api_version, kind, namespace, name),
+                       body={"propagationPolicy": "Background"})
+        except KubeError as exc:
+            if exc.status != 404:
+                raise
+
+    def create(self, manifest: Mapping[str, Any]) -> Obj:
+        meta = manifest["metadata"]
+        path = resource_path(manifest["apiVersion"], manifest["kind"], meta.get("namespace"))
+        result: Obj = self._call("POST", path, body=dict(manifest))
+        return result

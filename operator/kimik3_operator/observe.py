@@ -1,0 +1,264 @@
+"""From the LeaderWorkerSet and its pods to Progressing, Available and Degraded.
+
+Pure: the handler reads the objects and passes them in, so every transition is a unit test.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kimik3_operator.api import constants as c
+from kimik3_operator.api.constants import ConditionType, Reason
+from kimik3_operator.api.spec import KimiK3DeploymentSpec
+from kimik3_operator.conditions import Condition
+
+Obj = Mapping[str, Any]
+IMAGE_PULL_REASONS = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull")
+
+
+@dataclass(frozen=True)
+class GpuInventory:
+    """GPUs on the nodes that match the placement: what the scheduler had to work with."""
+
+    allocatable: int = 0
+    free: int = 0
+    largest_free_on_one_node: int = 0
+    nodes: int = 0
+
+
+@dataclass(frozen=True)
+class Problem:
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Observation:
+    ready_replicas: int
+    conditions: tuple[Condition, ...]
+    summary_reason: str
+    problems: tuple[Problem, ...] = field(default=())
+
+
+def group_readiness(pods: Sequence[Obj], size: int, replicas: int) -> int:
+    """Groups below ``replicas`` whose ``size`` pods all exist and are Ready."""
+    groups: dict[str, list[Obj]] = defaultdict(list)
+    for pod in pods:
+        index = pod.get("metadata", {}).get("labels", {}).get(c.LWS_GROUP_INDEX_LABEL)
+        if index is not None and not pod.get("metadata", {}).get("deletionTimestamp"):
+            groups[index].append(pod)
+    ready = 0
+    for index, members in groups.items():
+        if not index.isdigit() or int(index) >= replicas:
+            continue
+        if len(members) == size and all(pod_ready(p) for p in members):
+            ready += 1
+    return ready
+
+
+def pod_ready(pod: Obj) -> bool:
+    for cond in pod.get("status", {}).get("conditions", []) or []:
+        if cond.get("type") == "Ready":
+            return bool(cond.get("status") == "True")
+    return False
+
+
+def pod_problems(
+    pods: Sequence[Obj], spec: KimiK3DeploymentSpec, gpus: GpuInventory | None
+) -> list[Problem]:
+    """The worst thing about each pod, most severe reasons first."""
+    found: list[Problem] = []
+    for pod in sorted(pods, key=lambda p: str(p.get("metadata", {}).get("name", ""))):
+        problem = _pod_problem(pod, spec, gpus)
+        if problem is not None:
+            found.append(problem)
+    order = [Reason.POD_OOM_KILLED, Reason.POD_CRASH_LOOPING, Reason.IMAGE_PULL_FAILED,
+             Reason.INSUFFICIENT_GPUS, Reason.UNSCHEDULABLE]
+    return sorted(found, key=lambda p: order.index(p.reason))
+
+
+def _pod_problem(
+    pod: Obj, spec: KimiK3DeploymentSpec, gpus: GpuInventory | None
+) -> Problem | None:
+    name = pod.get("metadata", {}).get("name", "?")
+    status = pod.get("status", {}) or {}
+    for cs in status.get("containerStatuses", []) or []:
+        state = cs.get("state", {}) or {}
+        last = (cs.get("lastState", {}) or {}).get("terminated") or {}
+        terminated = state.get("terminated") or {}
+        if "OOMKilled" in (last.get("reason"), terminated.get("reason")):
+            limit = spec.resources.memory or "no limit set"
+            return Problem(Reason.POD_OOM_KILLED, (
+                f"pod {name} container {cs.get('name')} was OOM-killed "
+                f"(restarts: {cs.get('restartCount', 0)}, memory limit: {limit}); raise "
+                "spec.resources.memory, or lower engine.maxModelLen or the batch size"))
+        waiting = state.get("waiting") or {}
+        reason = waiting.get("reason")
+        if reason == "CrashLoopBackOff":
+            exit_info = ""
+            if last:
+                exit_info = f", last exit code {last.get('exitCode')} ({last.get('reason')})"
+            return Problem(Reason.POD_CRASH_LOOPING, (
+                f"pod {name} container {cs.get('name')} is crash-looping "
+                f"(restarts: {cs.get('restartCount', 0)}{exit_info}); see "
+                f"kubectl logs {name} --previous"))
+        if reason in IMAGE_PULL_REASONS:
+            return Problem(Reason.IMAGE_PULL_FAILED, (
+                f"pod {name} cannot pull image {cs.get('image')}: {reason}: "
+                f"{waiting.get('message', '')}".rstrip(": ")
+                + "; check spec.engine.image and the registry credentials"))
+    for cond in status.get("conditions", []) or []:
+        if (cond.get("type") == "PodScheduled" and cond.get("status") == "False"
+                and cond.get("reason") == "Unschedulable"):
+            message = str(cond.get("message", ""))
+            if f"Insufficient {spec.placement.gpu_resource}" in message:
+                return Problem(Reason.INSUFFICIENT_GPUS, _gpu_message(name, spec, gpus, message))
+            return Problem(Reason.UNSCHEDULABLE, f"pod {name} cannot be scheduled: {message}")
+    return None
+
+
+def _gpu_message(
+    pod: str, spec: KimiK3DeploymentSpec, gpus: GpuInventory | None, scheduler: str
+) -> str:
+    resource = spec.placement.gpu_resource
+    asked = spec.gpus_per_replica * spec.replicas
+    text = (
+        f"pod {pod} asks for {spec.gpus_per_pod} {resource} on one node; "
+        f"{spec.replicas} group(s) x {spec.nodes_per_replica} pod(s) need {asked} {resource} "
+        f"in total"
+    )
+    if gpus is not None:
+        text += (
+            f"; the {gpus.nodes} node(s) matching the placement have {gpus.allocatable} "
+            f"allocatable and {gpus.free} free, at most {gpus.largest_free_on_one_node} "
+            f"free on one node"
+        )
+    return text + f" (scheduler: {scheduler}); add GPU nodes, or lower spec.replicas"
+
+
+def min_available(spec: KimiK3DeploymentSpec) -> int:
+    """Groups that must be ready for Available, honouring rollout.maxUnavailable."""
+    unavailable = spec.rollout.max_unavailable
+    if isinstance(unavailable, str):
+        percent = int(unavailable.rstrip("%") or 0)
+        allowed = math.floor(spec.replicas * percent / 100)
+    else:
+        allowed = unavailable
+    return max(1, spec.replicas - allowed)
+
+
+def observe(
+    spec: KimiK3DeploymentSpec,
+    *,
+    lws_crd_installed: bool,
+    lws: Obj | None,
+    pods: Sequence[Obj],
+    gpus: GpuInventory | None = None,
+) -> Observation:
+    if not lws_crd_installed:
+        message = (
+            f"the LeaderWorkerSet CRD ({c.LWS_CRD}) is not installed; install LeaderWorkerSet "
+            "(kubectl apply --server-side -f "
+            "https://github.com/kubernetes-sigs/lws/releases/download/v0.8.0/manifests.yaml, "
+            "or its Helm chart), then the operator retries"
+        )
+        return _blocked(Reason.LEADER_WORKER_SET_CRD_MISSING, message)
+    size = spec.nodes_per_replica
+    replicas = spec.replicas
+    ready = group_readiness(pods, size, replicas)
+    problems = tuple(pod_problems(pods, spec, gpus))
+    lws_status = (lws or {}).get("status", {}) or {}
+    updated = int(lws_status.get("updatedReplicas", 0) or 0)
+
+    if lws is None:
+        progressing = Condition(ConditionType.PROGRESSING, "True",
+                                Reason.WAITING_FOR_LEADER_WORKER_SET,
+                                "waiting for the LeaderWorkerSet to be created")
+    elif updated < replicas and ready > 0:
+        progressing = Condition(ConditionType.PROGRESSING, "True", Reason.ROLLING_UPDATE,
+                                f"{updated} of {replicas} group(s) updated, {ready} ready")
+    elif ready < replicas:
+        progressing = Condition(ConditionType.PROGRESSING, "True", Reason.GROUPS_STARTING,
+                                f"{ready} of {replicas} group(s) of {size} pod(s) ready")
+    else:
+        progressing = Condition(ConditionType.PROGRESSING, "False", Reason.AVAILABLE,
+                                f"all {replicas} group(s) ready")
+
+    if problems:
+        first = problems[0]
+        more = f" (and {len(problems) - 1} more pod problem(s))" if len(problems) > 1 else ""
+        degraded = Condition(ConditionType.DEGRADED, "True", first.reason, first.message + more)
+    else:
+        degraded = Condition(ConditionType.DEGRADED, "False", Reason.AS_EXPECTED,
+                             "no pod problems seen")
+
+    if replicas == 0:
+        available = Condition(ConditionType.AVAILABLE, "False", Reason.SCALED_TO_ZERO,
+                              "spec.replicas is 0")
+    elif ready >= replicas:
+        available = Condition(ConditionType.AVAILABLE, "True", Reason.AVAILABLE,
+                              f"{ready} of {replicas} group(s) ready, every pod Ready")
+    elif ready >= min_available(spec):
+        available = Condition(ConditionType.AVAILABLE, "True", Reason.SOME_GROUPS_READY,
+                              f"{ready} of {replicas} group(s) ready, within "
+                              f"rollout.maxUnavailable={spec.rollout.max_unavailable}")
+    else:
+        reason = problems[0].reason if problems else (
+            Reason.NO_GROUP_READY if ready == 0 else Reason.SOME_GROUPS_READY)
+        available = Condition(ConditionType.AVAILABLE, "False", reason,
+                              f"{ready} of {replicas} group(s) ready; a group is ready when "
+                              f"all its {size} pod(s) are Ready")
+    return Observation(ready, (progressing, available, degraded), available.reason, problems)
+
+
+def _blocked(reason: str, message: str) -> Observation:
+    return Observation(
+        0,
+        (
+            Condition(ConditionType.PROGRESSING, "False", reason, message),
+            Condition(ConditionType.AVAILABLE, "False", reason, message),
+            Condition(ConditionType.DEGRADED, "True", reason, message),
+        ),
+        reason,
+        (Problem(reason, message),),
+    )
+
+
+def invalid_spec(message: str) -> Observation:
+    return _blocked(Reason.INVALID_SPEC, message)
+
+
+def gpu_inventory(
+    nodes: Sequence[Obj], pods: Sequence[Obj], spec: KimiK3DeploymentSpec
+) -> GpuInventory:
+    """Allocatable and free GPUs on schedulable nodes matching the node selector."""
+    resource = spec.placement.gpu_resource
+    used: dict[str, int] = defaultdict(int)
+    for pod in pods:
+        node = pod.get("spec", {}).get("nodeName")
+        if not node or pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
+            continue
+        for container in pod.get("spec", {}).get("containers", []) or []:
+            requests = (container.get("resources", {}) or {}).get("requests", {}) or {}
+            used[node] += int(requests.get(resource, 0) or 0)
+    allocatable = free = largest = count = 0
+    for node in nodes:
+        meta, node_spec = node.get("metadata", {}), node.get("spec", {}) or {}
+        labels = meta.get("labels", {}) or {}
+        if node_spec.get("unschedulable"):
+            continue
+        if any(labels.get(k) != v for k, v in spec.placement.node_selector.items()):
+            continue
+        amount = int((node.get("status", {}).get("allocatable", {}) or {}).get(resource, 0) or 0)
+        if amount == 0:
+            continue
+        count += 1
+        allocatable += amount
+        left = max(0, amount - used.get(meta.get("name", ""), 0))
+        free += left
+        largest = max(largest, left)
+    return GpuInventory(allocatable, free, largest, count)

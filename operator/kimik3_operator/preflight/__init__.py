@@ -1,0 +1,1 @@
+"""Checks that a spec can start before any GPU is claimed, and drafter pairing."""

@@ -1,0 +1,101 @@
+"""Pairs a target checkpoint with its speculative drafter.
+
+A text-only target with no drafter given, or ``method: dspark`` without a repo, gets the
+DSpark drafter known for that target. Values are the Kimi-K3 recipe's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+from kimik3_operator.api.spec import (
+    DrafterMethod,
+    KimiK3DeploymentSpec,
+    RejectionSampleMethod,
+    SampleMethod,
+)
+
+
+@dataclass(frozen=True)
+class KnownDrafter:
+    repo: str
+    method: DrafterMethod
+    num_speculative_tokens: int
+    draft_sample_method: SampleMethod
+    rejection_sample_method: RejectionSampleMethod
+
+
+KNOWN_DRAFTERS: Final[dict[str, KnownDrafter]] = {
+    "moonshotai/Kimi-K3": KnownDrafter(
+        repo="RedHatAI/Kimi-K3-speculator.dspark",
+        method="dspark",
+        num_speculative_tokens=8,
+        draft_sample_method="probabilistic",
+        rejection_sample_method="block",
+    ),
+}
+
+
+@dataclass(frozen=True)
+class ResolvedDrafter:
+    """The drafter a deployment will run with, after pairing."""
+
+    method: DrafterMethod
+    repo: str
+    revision: str
+    num_speculative_tokens: int | None
+    draft_tensor_parallel_size: int | None
+    draft_sample_method: SampleMethod | None
+    rejection_sample_method: RejectionSampleMethod | None
+    auto_paired: bool
+
+    def speculative_config(self) -> dict[str, object]:
+        """The JSON of ``--speculative-config``, with the method always explicit."""
+        config: dict[str, object] = {"method": self.method}
+        if self.repo:
+            config["model"] = self.repo
+            if self.revision and self.revision != "main":
+                config["revision"] = self.revision
+        optional = {
+            "num_speculative_tokens": self.num_speculative_tokens,
+            "draft_tensor_parallel_size": self.draft_tensor_parallel_size,
+            "draft_sample_method": self.draft_sample_method,
+            "rejection_sample_method": self.rejection_sample_method,
+        }
+        config.update({k: v for k, v in optional.items() if v is not None})
+        return config
+
+
+def resolve_drafter(spec: KimiK3DeploymentSpec) -> ResolvedDrafter | None:
+    """The drafter to run, or None for ``method: none``.
+
+    A method that needs a separate drafter checkpoint but has no repo and no known
+    pairing keeps an empty repo; the preflight reports that as ``DrafterNotFound``.
+    """
+    drafter = spec.drafter
+    if drafter.method == "none":
+        return None
+    known = KNOWN_DRAFTERS.get(spec.model.repo)
+    if drafter.repo or drafter.method == "mtp" or known is None or known.method != drafter.method:
+        return ResolvedDrafter(
+            method=drafter.method,
+            repo=drafter.repo,
+            revision=drafter.revision,
+            num_speculative_tokens=drafter.num_speculative_tokens,
+            draft_tensor_parallel_size=drafter.draft_tensor_parallel_size,
+            draft_sample_method=drafter.draft_sample_method,
+            rejection_sample_method=drafter.rejection_sample_method,
+            auto_paired=False,
+        )
+    return ResolvedDrafter(
+        method=known.method,
+        repo=known.repo,
+        revision=drafter.revision,
+        num_speculative_tokens=drafter.num_speculative_tokens or known.num_speculative_tokens,
+        draft_tensor_parallel_size=drafter.draft_tensor_parallel_size,
+        draft_sample_method=drafter.draft_sample_method or known.draft_sample_method,
+        rejection_sample_method=drafter.rejection_sample_method
+        or known.rejection_sample_method,
+        auto_paired=True,
+    )

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Creates (once per version) a virtual environment with the real vllm package, used by the
+# parser test tier and the probe tests. Prints the venv's python on its last line.
+set -euo pipefail
+version="${VLLM_VERSION:-0.33.0}"
+cache_root="${KIMIK3_CACHE:-$HOME/.cache/kimik3-operator}"
+venv="$cache_root/vllm-$version"
+if [[ -f "$venv/.complete" ]]; then
+  echo "$venv/bin/python"
+  exit 0
+fi
+rm -rf "$venv"
+python3 -m venv "$venv"
+"$venv/bin/python" -m pip install -q --disable-pip-version-check "vllm==$version" >&2
+touch "$venv/.complete"
+echo "$venv/bin/python"
