@@ -12,7 +12,8 @@ cache_root="${KIMIK3_CACHE:-$HOME/.cache/kimik3-operator}"
 bin="$cache_root/tools/$key/bin"
 stamp="$bin/.complete"
 
-if [[ -f "$stamp" ]]; then
+manifests="$cache_root/tools/manifests_lws-${LWS_VERSION}_promop-${PROMETHEUS_OPERATOR_VERSION}"
+if [[ -f "$stamp" && -f "$manifests/.complete" ]]; then
   echo "cluster tools up to date in $bin" >&2
   echo "$bin"
   exit 0
@@ -62,11 +63,22 @@ install_tool helm "helm.sh/helm/v4/cmd/helm@${HELM_VERSION}" \
   "-s -w -X helm.sh/helm/v4/internal/version.version=${HELM_VERSION}"
 install_tool lws-manager "sigs.k8s.io/lws/cmd@${LWS_VERSION}"
 
-# The LeaderWorkerSet CRDs and webhook configuration come from the same module.
-lws_dir="$(cd "$here/k8s" && GOFLAGS=-mod=mod go mod download -json "sigs.k8s.io/lws@${LWS_VERSION}" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')"
-mkdir -p "$bin/../lws"
-cp "$lws_dir"/config/crd/bases/*.yaml "$bin/../lws/"
-chmod u+w "$bin/../lws/"*.yaml
+module_dir() {
+  (cd "$here/k8s" && go mod download -json "$1" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')
+}
+# The LeaderWorkerSet CRD and webhook configuration come from the LWS module, the
+# PodMonitor, ServiceMonitor and PrometheusRule CRDs from the Prometheus Operator's.
+manifests="$cache_root/tools/manifests_lws-${LWS_VERSION}_promop-${PROMETHEUS_OPERATOR_VERSION}"
+mkdir -p "$manifests"
+lws_dir="$(module_dir "sigs.k8s.io/lws@${LWS_VERSION}")"
+cp "$lws_dir"/config/crd/bases/*.yaml "$lws_dir/config/webhook/manifests.yaml" "$manifests/"
+mv "$manifests/manifests.yaml" "$manifests/lws-webhooks.yaml"
+promop_dir="$(module_dir "github.com/prometheus-operator/prometheus-operator@${PROMETHEUS_OPERATOR_VERSION}")"
+for crd in podmonitors servicemonitors prometheusrules; do
+  cp "$promop_dir/example/prometheus-operator-crd/monitoring.coreos.com_${crd}.yaml" "$manifests/"
+done
+chmod u+w "$manifests"/*.yaml
+touch "$manifests/.complete"
 
 touch "$stamp"
 echo "cluster tools built in $(( $(date +%s) - started ))s into $bin" >&2

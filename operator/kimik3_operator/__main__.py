@@ -1,4 +1,4 @@
-"""``python -m kimik3_operator`` is ``kimik3``; ``kopf run -m kimik3_operator`` registers the handlers."""
+"""``python -m kimik3_operator`` is the ``kimik3`` command."""
 
 import sys
 

@@ -17,7 +17,11 @@ from kimik3_operator.builders.common import Owner
 
 def load_resource(path: str) -> dict[str, Any]:
     """The one KimiK3Deployment in a YAML file ('-' for standard input)."""
-    text = sys.stdin.read() if path == "-" else open(path, encoding="utf-8").read()
+    if path == "-":
+        text = sys.stdin.read()
+    else:
+        with open(path, encoding="utf-8") as file:
+            text = file.read()
     docs = [d for d in yaml.safe_load_all(text) if d]
     found = [d for d in docs if isinstance(d, dict) and d.get("kind") == c.KIND]
     if len(found) != 1:
@@ -27,8 +31,11 @@ def load_resource(path: str) -> dict[str, Any]:
 
 def render(resource: dict[str, Any]) -> list[dict[str, Any]]:
     meta = resource.get("metadata", {}) or {}
-    owner = Owner(meta.get("name", "kimi-k3"), meta.get("namespace", "default"),
-                  meta.get("uid", "00000000-0000-0000-0000-000000000000"))
+    owner = Owner(
+        meta.get("name", "kimi-k3"),
+        meta.get("namespace", "default"),
+        meta.get("uid", "00000000-0000-0000-0000-000000000000"),
+    )
     spec = parse_spec(resource.get("spec"))
     return build_children(spec, owner)
 
@@ -64,7 +71,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="kimik3", description="Serve Kimi-K3 with vLLM on Kubernetes.")
+        prog="kimik3", description="Serve Kimi-K3 with vLLM on Kubernetes."
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run the operator (kopf run -m kimik3_operator)")
     run.add_argument("-v", "--verbose", action="store_true")

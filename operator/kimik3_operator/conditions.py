@@ -37,23 +37,27 @@ def set_condition(
             continue
         replaced = True
         changed = existing.get("status") != new.status
-        result.append({
-            "type": new.type,
-            "status": new.status,
-            "reason": new.reason,
-            "message": new.message,
-            "lastTransitionTime": now if changed else existing.get("lastTransitionTime", now),
-            "observedGeneration": generation,
-        })
+        result.append(
+            {
+                "type": new.type,
+                "status": new.status,
+                "reason": new.reason,
+                "message": new.message,
+                "lastTransitionTime": now if changed else existing.get("lastTransitionTime", now),
+                "observedGeneration": generation,
+            }
+        )
     if not replaced:
-        result.append({
-            "type": new.type,
-            "status": new.status,
-            "reason": new.reason,
-            "message": new.message,
-            "lastTransitionTime": now,
-            "observedGeneration": generation,
-        })
+        result.append(
+            {
+                "type": new.type,
+                "status": new.status,
+                "reason": new.reason,
+                "message": new.message,
+                "lastTransitionTime": now,
+                "observedGeneration": generation,
+            }
+        )
     return result
 
 
@@ -61,13 +65,13 @@ def find(conditions: Sequence[Mapping[str, Any]], type_: str) -> Mapping[str, An
     return next((c for c in conditions if c.get("type") == type_), None)
 
 
-def changed(
-    old: Sequence[Mapping[str, Any]], new: Condition
-) -> bool:
+def changed(old: Sequence[Mapping[str, Any]], new: Condition) -> bool:
     """Whether setting ``new`` changes its status, reason or message (worth an Event)."""
     current = find(old, new.type)
     if current is None:
         return True
     return (current.get("status"), current.get("reason"), current.get("message")) != (
-        new.status, new.reason, new.message
+        new.status,
+        new.reason,
+        new.message,
     )

@@ -18,8 +18,9 @@ class Settings:
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         env = os.environ if env is None else env
-        namespaces = tuple(n.strip() for n in env.get("KIMIK3_NAMESPACES", "").split(",")
-                           if n.strip())
+        namespaces = tuple(
+            n.strip() for n in env.get("KIMIK3_NAMESPACES", "").split(",") if n.strip()
+        )
         return cls(
             namespaces=namespaces,
             resync_seconds=float(env.get("KIMIK3_RESYNC_SECONDS", cls.resync_seconds)),

@@ -7,6 +7,7 @@ count them.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Mapping
 from typing import Any, Protocol
@@ -36,27 +37,34 @@ class KubeError(Exception):
         self.reason = reason
         self.body = body
         message = body
-        try:
+        with contextlib.suppress(ValueError, AttributeError):
             message = json.loads(body).get("message", body)
-        except (ValueError, AttributeError):
-            pass
         super().__init__(f"{status} {reason}: {message}")
 
 
 class Kube(Protocol):
-    def get(self, api_version: str, kind: str, name: str, namespace: str | None = None
-            ) -> Obj | None: ...
+    def get(
+        self, api_version: str, kind: str, name: str, namespace: str | None = None
+    ) -> Obj | None: ...
 
-    def list(self, api_version: str, kind: str, namespace: str | None = None,
-             label_selector: str = "", field_selector: str = "") -> list[Obj]: ...
+    def list(
+        self,
+        api_version: str,
+        kind: str,
+        namespace: str | None = None,
+        label_selector: str = "",
+        field_selector: str = "",
+    ) -> list[Obj]: ...
 
     def apply(self, manifest: Mapping[str, Any]) -> Obj: ...
 
-    def patch_status(self, api_version: str, kind: str, name: str, namespace: str,
-                     status: Mapping[str, Any]) -> Obj: ...
+    def patch_status(
+        self, api_version: str, kind: str, name: str, namespace: str, status: Mapping[str, Any]
+    ) -> Obj: ...
 
-    def delete(self, api_version: str, kind: str, name: str, namespace: str | None = None
-               ) -> None: ...
+    def delete(
+        self, api_version: str, kind: str, name: str, namespace: str | None = None
+    ) -> None: ...
 
     def create(self, manifest: Mapping[str, Any]) -> Obj: ...
 
@@ -79,13 +87,20 @@ class ApiKube:
         import kubernetes
 
         try:
-            kubernetes.config.load_incluster_config()
+            kubernetes.config.load_incluster_config()  # type: ignore[no-untyped-call]
         except kubernetes.config.ConfigException:
-            kubernetes.config.load_kube_config()
+            kubernetes.config.load_kube_config()  # type: ignore[no-untyped-call]
         return cls(kubernetes.client.ApiClient())
 
-    def _call(self, method: str, path: str, *, query: list[tuple[str, str]] | None = None,
-              body: Any = None, content_type: str = "application/json") -> Any:
+    def _call(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: list[tuple[str, str]] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+    ) -> Any:
         params = self._client.param_serialize(
             method=method,
             resource_path=path,
@@ -101,8 +116,9 @@ class ApiKube:
             raise KubeError(response.status, str(response.reason), text)
         return json.loads(text) if text else None
 
-    def get(self, api_version: str, kind: str, name: str, namespace: str | None = None
-            ) -> Obj | None:
+    def get(
+        self, api_version: str, kind: str, name: str, namespace: str | None = None
+    ) -> Obj | None:
         try:
             result: Obj = self._call("GET", resource_path(api_version, kind, namespace, name))
         except KubeError as exc:
@@ -111,8 +127,14 @@ class ApiKube:
             raise
         return result
 
-    def list(self, api_version: str, kind: str, namespace: str | None = None,
-             label_selector: str = "", field_selector: str = "") -> list[Obj]:
+    def list(
+        self,
+        api_version: str,
+        kind: str,
+        namespace: str | None = None,
+        label_selector: str = "",
+        field_selector: str = "",
+    ) -> list[Obj]:
         query = []
         if label_selector:
             query.append(("labelSelector", label_selector))
@@ -124,25 +146,37 @@ class ApiKube:
 
     def apply(self, manifest: Mapping[str, Any]) -> Obj:
         meta = manifest["metadata"]
-        path = resource_path(manifest["apiVersion"], manifest["kind"],
-                             meta.get("namespace"), meta["name"])
+        path = resource_path(
+            manifest["apiVersion"], manifest["kind"], meta.get("namespace"), meta["name"]
+        )
         result: Obj = self._call(
-            "PATCH", path, query=[("fieldManager", FIELD_MANAGER), ("force", "true")],
-            body=dict(manifest), content_type="application/apply-patch+yaml")
+            "PATCH",
+            path,
+            query=[("fieldManager", FIELD_MANAGER), ("force", "true")],
+            body=dict(manifest),
+            content_type="application/apply-patch+yaml",
+        )
         return result
 
-    def patch_status(self, api_version: str, kind: str, name: str, namespace: str,
-                     status: Mapping[str, Any]) -> Obj:
+    def patch_status(
+        self, api_version: str, kind: str, name: str, namespace: str, status: Mapping[str, Any]
+    ) -> Obj:
         path = resource_path(api_version, kind, namespace, name) + "/status"
-        result: Obj = self._call("PATCH", path, body={"status": dict(status)},
-                                 content_type="application/merge-patch+json")
+        result: Obj = self._call(
+            "PATCH",
+            path,
+            body={"status": dict(status)},
+            content_type="application/merge-patch+json",
+        )
         return result
 
-    def delete(self, api_version: str, kind: str, name: str, namespace: str | None = None
-               ) -> None:
+    def delete(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> None:
         try:
-            self._call("DELETE", resource_path(api_version, kind, namespace, name),
-                       body={"propagationPolicy": "Background"})
+            self._call(
+                "DELETE",
+                resource_path(api_version, kind, namespace, name),
+                body={"propagationPolicy": "Background"},
+            )
         except KubeError as exc:
             if exc.status != 404:
                 raise

@@ -76,14 +76,17 @@ def pod_problems(
         problem = _pod_problem(pod, spec, gpus)
         if problem is not None:
             found.append(problem)
-    order = [Reason.POD_OOM_KILLED, Reason.POD_CRASH_LOOPING, Reason.IMAGE_PULL_FAILED,
-             Reason.INSUFFICIENT_GPUS, Reason.UNSCHEDULABLE]
+    order = [
+        Reason.POD_OOM_KILLED,
+        Reason.POD_CRASH_LOOPING,
+        Reason.IMAGE_PULL_FAILED,
+        Reason.INSUFFICIENT_GPUS,
+        Reason.UNSCHEDULABLE,
+    ]
     return sorted(found, key=lambda p: order.index(p.reason))
 
 
-def _pod_problem(
-    pod: Obj, spec: KimiK3DeploymentSpec, gpus: GpuInventory | None
-) -> Problem | None:
+def _pod_problem(pod: Obj, spec: KimiK3DeploymentSpec, gpus: GpuInventory | None) -> Problem | None:
     name = pod.get("metadata", {}).get("name", "?")
     status = pod.get("status", {}) or {}
     for cs in status.get("containerStatuses", []) or []:
@@ -92,28 +95,43 @@ def _pod_problem(
         terminated = state.get("terminated") or {}
         if "OOMKilled" in (last.get("reason"), terminated.get("reason")):
             limit = spec.resources.memory or "no limit set"
-            return Problem(Reason.POD_OOM_KILLED, (
-                f"pod {name} container {cs.get('name')} was OOM-killed "
-                f"(restarts: {cs.get('restartCount', 0)}, memory limit: {limit}); raise "
-                "spec.resources.memory, or lower engine.maxModelLen or the batch size"))
+            return Problem(
+                Reason.POD_OOM_KILLED,
+                (
+                    f"pod {name} container {cs.get('name')} was OOM-killed "
+                    f"(restarts: {cs.get('restartCount', 0)}, memory limit: {limit}); raise "
+                    "spec.resources.memory, or lower engine.maxModelLen or the batch size"
+                ),
+            )
         waiting = state.get("waiting") or {}
         reason = waiting.get("reason")
         if reason == "CrashLoopBackOff":
             exit_info = ""
             if last:
                 exit_info = f", last exit code {last.get('exitCode')} ({last.get('reason')})"
-            return Problem(Reason.POD_CRASH_LOOPING, (
-                f"pod {name} container {cs.get('name')} is crash-looping "
-                f"(restarts: {cs.get('restartCount', 0)}{exit_info}); see "
-                f"kubectl logs {name} --previous"))
+            return Problem(
+                Reason.POD_CRASH_LOOPING,
+                (
+                    f"pod {name} container {cs.get('name')} is crash-looping "
+                    f"(restarts: {cs.get('restartCount', 0)}{exit_info}); see "
+                    f"kubectl logs {name} --previous"
+                ),
+            )
         if reason in IMAGE_PULL_REASONS:
-            return Problem(Reason.IMAGE_PULL_FAILED, (
-                f"pod {name} cannot pull image {cs.get('image')}: {reason}: "
-                f"{waiting.get('message', '')}".rstrip(": ")
-                + "; check spec.engine.image and the registry credentials"))
+            return Problem(
+                Reason.IMAGE_PULL_FAILED,
+                (
+                    f"pod {name} cannot pull image {cs.get('image')}: {reason}: "
+                    f"{waiting.get('message', '')}".rstrip(": ")
+                    + "; check spec.engine.image and the registry credentials"
+                ),
+            )
     for cond in status.get("conditions", []) or []:
-        if (cond.get("type") == "PodScheduled" and cond.get("status") == "False"
-                and cond.get("reason") == "Unschedulable"):
+        if (
+            cond.get("type") == "PodScheduled"
+            and cond.get("status") == "False"
+            and cond.get("reason") == "Unschedulable"
+        ):
             message = str(cond.get("message", ""))
             if f"Insufficient {spec.placement.gpu_resource}" in message:
                 return Problem(Reason.INSUFFICIENT_GPUS, _gpu_message(name, spec, gpus, message))
@@ -175,43 +193,72 @@ def observe(
     updated = int(lws_status.get("updatedReplicas", 0) or 0)
 
     if lws is None:
-        progressing = Condition(ConditionType.PROGRESSING, "True",
-                                Reason.WAITING_FOR_LEADER_WORKER_SET,
-                                "waiting for the LeaderWorkerSet to be created")
+        progressing = Condition(
+            ConditionType.PROGRESSING,
+            "True",
+            Reason.WAITING_FOR_LEADER_WORKER_SET,
+            "waiting for the LeaderWorkerSet to be created",
+        )
     elif updated < replicas and ready > 0:
-        progressing = Condition(ConditionType.PROGRESSING, "True", Reason.ROLLING_UPDATE,
-                                f"{updated} of {replicas} group(s) updated, {ready} ready")
+        progressing = Condition(
+            ConditionType.PROGRESSING,
+            "True",
+            Reason.ROLLING_UPDATE,
+            f"{updated} of {replicas} group(s) updated, {ready} ready",
+        )
     elif ready < replicas:
-        progressing = Condition(ConditionType.PROGRESSING, "True", Reason.GROUPS_STARTING,
-                                f"{ready} of {replicas} group(s) of {size} pod(s) ready")
+        progressing = Condition(
+            ConditionType.PROGRESSING,
+            "True",
+            Reason.GROUPS_STARTING,
+            f"{ready} of {replicas} group(s) of {size} pod(s) ready",
+        )
     else:
-        progressing = Condition(ConditionType.PROGRESSING, "False", Reason.AVAILABLE,
-                                f"all {replicas} group(s) ready")
+        progressing = Condition(
+            ConditionType.PROGRESSING, "False", Reason.AVAILABLE, f"all {replicas} group(s) ready"
+        )
 
     if problems:
         first = problems[0]
         more = f" (and {len(problems) - 1} more pod problem(s))" if len(problems) > 1 else ""
         degraded = Condition(ConditionType.DEGRADED, "True", first.reason, first.message + more)
     else:
-        degraded = Condition(ConditionType.DEGRADED, "False", Reason.AS_EXPECTED,
-                             "no pod problems seen")
+        degraded = Condition(
+            ConditionType.DEGRADED, "False", Reason.AS_EXPECTED, "no pod problems seen"
+        )
 
     if replicas == 0:
-        available = Condition(ConditionType.AVAILABLE, "False", Reason.SCALED_TO_ZERO,
-                              "spec.replicas is 0")
+        available = Condition(
+            ConditionType.AVAILABLE, "False", Reason.SCALED_TO_ZERO, "spec.replicas is 0"
+        )
     elif ready >= replicas:
-        available = Condition(ConditionType.AVAILABLE, "True", Reason.AVAILABLE,
-                              f"{ready} of {replicas} group(s) ready, every pod Ready")
+        available = Condition(
+            ConditionType.AVAILABLE,
+            "True",
+            Reason.AVAILABLE,
+            f"{ready} of {replicas} group(s) ready, every pod Ready",
+        )
     elif ready >= min_available(spec):
-        available = Condition(ConditionType.AVAILABLE, "True", Reason.SOME_GROUPS_READY,
-                              f"{ready} of {replicas} group(s) ready, within "
-                              f"rollout.maxUnavailable={spec.rollout.max_unavailable}")
+        available = Condition(
+            ConditionType.AVAILABLE,
+            "True",
+            Reason.SOME_GROUPS_READY,
+            f"{ready} of {replicas} group(s) ready, within "
+            f"rollout.maxUnavailable={spec.rollout.max_unavailable}",
+        )
     else:
-        reason = problems[0].reason if problems else (
-            Reason.NO_GROUP_READY if ready == 0 else Reason.SOME_GROUPS_READY)
-        available = Condition(ConditionType.AVAILABLE, "False", reason,
-                              f"{ready} of {replicas} group(s) ready; a group is ready when "
-                              f"all its {size} pod(s) are Ready")
+        reason = (
+            problems[0].reason
+            if problems
+            else (Reason.NO_GROUP_READY if ready == 0 else Reason.SOME_GROUPS_READY)
+        )
+        available = Condition(
+            ConditionType.AVAILABLE,
+            "False",
+            reason,
+            f"{ready} of {replicas} group(s) ready; a group is ready when "
+            f"all its {size} pod(s) are Ready",
+        )
     return Observation(ready, (progressing, available, degraded), available.reason, problems)
 
 

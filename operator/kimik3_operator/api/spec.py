@@ -210,7 +210,7 @@ def parse_spec(data: Mapping[str, Any] | None) -> KimiK3DeploymentSpec:
     Raises SpecError naming the first field whose type or value is wrong, and the
     cross-field rules the schema also states (for resources written before the schema).
     """
-    spec = _parse_dataclass(KimiK3DeploymentSpec, data or {}, "spec")
+    spec: KimiK3DeploymentSpec = _parse_dataclass(KimiK3DeploymentSpec, data or {}, "spec")
     validate(spec)
     return spec
 
@@ -236,8 +236,9 @@ def _parse_dataclass(cls: type[Any], data: Any, path: str) -> Any:
         return cls(**kwargs)
     except TypeError as exc:
         missing = [json_name(f) for f in dataclasses.fields(cls) if f.name not in kwargs]
-        raise SpecError(path, dict(data), f"is missing a required field ({exc})",
-                        f"set one of {missing}") from exc
+        raise SpecError(
+            path, dict(data), f"is missing a required field ({exc})", f"set one of {missing}"
+        ) from exc
 
 
 def _convert(hint: Any, value: Any, path: str) -> Any:

@@ -15,48 +15,85 @@ def errors(spec: KimiK3DeploymentSpec) -> list[SpecError]:
     par, place, drafter = spec.parallelism, spec.placement, spec.drafter
     if spec.replicas < 0:
         found.append(SpecError("spec.replicas", spec.replicas, "must not be negative"))
-    for name, value in (("tensor", par.tensor), ("pipeline", par.pipeline),
-                        ("decodeContext", par.decode_context)):
+    for name, value in (
+        ("tensor", par.tensor),
+        ("pipeline", par.pipeline),
+        ("decodeContext", par.decode_context),
+    ):
         if value < 1:
             found.append(SpecError(f"spec.parallelism.{name}", value, "must be at least 1"))
     if place.gpus_per_node < 1:
-        found.append(SpecError("spec.placement.gpusPerNode", place.gpus_per_node,
-                               "must be at least 1"))
+        found.append(
+            SpecError("spec.placement.gpusPerNode", place.gpus_per_node, "must be at least 1")
+        )
     gpus = par.tensor * par.pipeline
     if place.gpus_per_node >= 1 and gpus > place.gpus_per_node and gpus % place.gpus_per_node:
-        found.append(SpecError(
-            "spec.parallelism", f"tensor={par.tensor} pipeline={par.pipeline}",
-            f"tensor x pipeline = {gpus} GPUs neither fits one node nor fills whole nodes of "
-            f"placement.gpusPerNode={place.gpus_per_node}",
-            f"make tensor x pipeline at most {place.gpus_per_node} or a multiple of it"))
+        found.append(
+            SpecError(
+                "spec.parallelism",
+                f"tensor={par.tensor} pipeline={par.pipeline}",
+                f"tensor x pipeline = {gpus} GPUs neither fits one node nor fills whole nodes of "
+                f"placement.gpusPerNode={place.gpus_per_node}",
+                f"make tensor x pipeline at most {place.gpus_per_node} or a multiple of it",
+            )
+        )
     dtp = drafter.draft_tensor_parallel_size
     if dtp is not None and dtp not in (1, par.tensor):
-        found.append(SpecError(
-            "spec.drafter.draftTensorParallelSize", dtp,
-            f"vLLM accepts only 1 or the target's tensor size ({par.tensor})",
-            f"set it to 1 or {par.tensor}, or leave it unset"))
+        found.append(
+            SpecError(
+                "spec.drafter.draftTensorParallelSize",
+                dtp,
+                f"vLLM accepts only 1 or the target's tensor size ({par.tensor})",
+                f"set it to 1 or {par.tensor}, or leave it unset",
+            )
+        )
     if drafter.method == "none" and drafter.repo:
-        found.append(SpecError("spec.drafter.repo", drafter.repo,
-                               "is set while drafter.method is none",
-                               "remove drafter.repo or choose a method"))
+        found.append(
+            SpecError(
+                "spec.drafter.repo",
+                drafter.repo,
+                "is set while drafter.method is none",
+                "remove drafter.repo or choose a method",
+            )
+        )
     if drafter.num_speculative_tokens is not None and drafter.num_speculative_tokens < 1:
-        found.append(SpecError("spec.drafter.numSpeculativeTokens",
-                               drafter.num_speculative_tokens, "must be at least 1"))
+        found.append(
+            SpecError(
+                "spec.drafter.numSpeculativeTokens",
+                drafter.num_speculative_tokens,
+                "must be at least 1",
+            )
+        )
     source = spec.model.source
     if source.pvc is not None and source.hugging_face is not None:
-        found.append(SpecError("spec.model.source", "huggingFace and pvc",
-                               "names two weight sources", "keep exactly one"))
+        found.append(
+            SpecError(
+                "spec.model.source",
+                "huggingFace and pvc",
+                "names two weight sources",
+                "keep exactly one",
+            )
+        )
     if source.pvc is not None and not source.pvc.claim_name:
-        found.append(SpecError("spec.model.source.pvc.claimName", "",
-                               "a PVC source must name its claim",
-                               "set claimName to the PersistentVolumeClaim holding the weights"))
+        found.append(
+            SpecError(
+                "spec.model.source.pvc.claimName",
+                "",
+                "a PVC source must name its claim",
+                "set claimName to the PersistentVolumeClaim holding the weights",
+            )
+        )
     for i, arg in enumerate(spec.engine.extra_args):
         flag = arg.split("=", 1)[0]
         if flag in OWNED_FLAGS:
-            found.append(SpecError(
-                f"spec.engine.extraArgs[{i}]", arg,
-                "sets a flag the operator generates from the spec",
-                "use the matching spec field instead (parallelism, model, drafter, engine)"))
+            found.append(
+                SpecError(
+                    f"spec.engine.extraArgs[{i}]",
+                    arg,
+                    "sets a flag the operator generates from the spec",
+                    "use the matching spec field instead (parallelism, model, drafter, engine)",
+                )
+            )
     return found
 
 

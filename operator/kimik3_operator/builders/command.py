@@ -32,8 +32,10 @@ def serve_args(
     if spec.model.source.pvc is None:
         args += ["--revision", spec.model.revision]
     args += [
-        "--tensor-parallel-size", str(par.tensor),
-        "--pipeline-parallel-size", str(par.pipeline),
+        "--tensor-parallel-size",
+        str(par.tensor),
+        "--pipeline-parallel-size",
+        str(par.pipeline),
     ]
     if par.decode_context > 1:
         args += ["--decode-context-parallel-size", str(par.decode_context)]
@@ -42,18 +44,26 @@ def serve_args(
     if spec.nodes_per_replica > 1:
         rank = "0" if role == "leader" else WORKER_INDEX
         args += [
-            "--distributed-executor-backend", "mp",
-            "--nnodes", GROUP_SIZE,
-            "--node-rank", rank,
-            "--master-addr", LEADER_ADDRESS,
+            "--distributed-executor-backend",
+            "mp",
+            "--nnodes",
+            GROUP_SIZE,
+            "--node-rank",
+            rank,
+            "--master-addr",
+            LEADER_ADDRESS,
         ]
         if role == "worker":
             args.append("--headless")
     args += [
-        "--port", str(spec.service.port),
-        "--max-model-len", str(spec.engine.max_model_len),
-        "--gpu-memory-utilization", _number(spec.engine.gpu_memory_utilization),
-        "--kv-cache-dtype", spec.engine.kv_cache_dtype,
+        "--port",
+        str(spec.service.port),
+        "--max-model-len",
+        str(spec.engine.max_model_len),
+        "--gpu-memory-utilization",
+        _number(spec.engine.gpu_memory_utilization),
+        "--kv-cache-dtype",
+        spec.engine.kv_cache_dtype,
     ]
     if spec.model.multimodal:
         # The drafters are text-only; the multimodal class serves as text with this flag.

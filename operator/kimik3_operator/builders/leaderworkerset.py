@@ -97,10 +97,12 @@ def _env(spec: KimiK3DeploymentSpec) -> list[dict[str, Any]]:
     ref = spec.model.hf_token_secret_ref
     if ref is not None:
         # Only the reference: the token's value never passes through the operator.
-        env.append({
-            "name": "HF_TOKEN",
-            "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}},
-        })
+        env.append(
+            {
+                "name": "HF_TOKEN",
+                "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}},
+            }
+        )
     env += [dict(e) for e in spec.engine.env]
     return env
 
@@ -116,16 +118,20 @@ def _resources(spec: KimiK3DeploymentSpec) -> dict[str, Any]:
 
 def _volumes(spec: KimiK3DeploymentSpec) -> list[dict[str, Any]]:
     volumes: list[dict[str, Any]] = [
-        {"name": "dshm", "emptyDir": {"medium": "Memory",
-                                      "sizeLimit": spec.resources.shared_memory}},
+        {
+            "name": "dshm",
+            "emptyDir": {"medium": "Memory", "sizeLimit": spec.resources.shared_memory},
+        },
         {"name": "hf-cache", "emptyDir": {}},
     ]
     pvc = spec.model.source.pvc
     if pvc is not None:
-        volumes.append({
-            "name": "model",
-            "persistentVolumeClaim": {"claimName": pvc.claim_name, "readOnly": True},
-        })
+        volumes.append(
+            {
+                "name": "model",
+                "persistentVolumeClaim": {"claimName": pvc.claim_name, "readOnly": True},
+            }
+        )
     return volumes
 
 

@@ -19,11 +19,13 @@ def build_service(spec: KimiK3DeploymentSpec, owner: Owner) -> dict[str, Any]:
         "spec": {
             "type": spec.service.type,
             "selector": selector_labels(owner, c.COMPONENT_LEADER),
-            "ports": [{
-                "name": PORT_NAME,
-                "port": spec.service.port,
-                "targetPort": PORT_NAME,
-                "protocol": "TCP",
-            }],
+            "ports": [
+                {
+                    "name": PORT_NAME,
+                    "port": spec.service.port,
+                    "targetPort": PORT_NAME,
+                    "protocol": "TCP",
+                }
+            ],
         },
     }

@@ -19,12 +19,16 @@ def is_subset(desired: Any, live: Any) -> bool:
             key in live and is_subset(value, live[key]) for key, value in desired.items()
         )
     if isinstance(desired, list):
-        return (isinstance(live, list) and len(desired) == len(live)
-                and all(is_subset(d, v) for d, v in zip(desired, live, strict=True)))
+        return (
+            isinstance(live, list)
+            and len(desired) == len(live)
+            and all(is_subset(d, v) for d, v in zip(desired, live, strict=True))
+        )
     if desired == live:
         return True
-    return not isinstance(desired, bool) and not isinstance(live, bool) and (
-        str(desired) == str(live))
+    return (
+        not isinstance(desired, bool) and not isinstance(live, bool) and (str(desired) == str(live))
+    )
 
 
 def needs_apply(desired: Mapping[str, Any], live: Mapping[str, Any] | None) -> bool:

@@ -28,7 +28,8 @@ def kube() -> Kube:
 def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=c.GROUP)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix=c.GROUP, key="last-handled-configuration")
+        prefix=c.GROUP, key="last-handled-configuration"
+    )
     settings.posting.enabled = False  # events are posted by the reconcile, on change only
     settings.watching.server_timeout = 300
     settings.execution.max_workers = 8
@@ -48,7 +49,10 @@ def resync(body: kopf.Body, **_: Any) -> None:
     reconcile(kube(), body)
 
 
-def _reconcile_owner(namespace: str | None, labels: Any, logger: logging.Logger) -> None:
+Logger = logging.Logger | logging.LoggerAdapter[Any]
+
+
+def _reconcile_owner(namespace: str | None, labels: Any, logger: Logger) -> None:
     name = (labels or {}).get(c.LABEL_INSTANCE)
     if not name or not namespace:
         return
@@ -63,8 +67,7 @@ def _reconcile_owner(namespace: str | None, labels: Any, logger: logging.Logger)
 
 @kopf.on.event("v1", "pods", labels=MANAGED)
 @kopf.on.event(c.LWS_GROUP, c.LWS_VERSION, c.LWS_PLURAL, labels=MANAGED)
-def on_child_event(namespace: str | None, labels: Any, type: str | None,
-                   logger: logging.Logger, **_: Any) -> None:
-    if type is None:  # the initial listing: the resume handlers cover it
+def on_child_event(namespace: str | None, labels: Any, type: str, logger: Logger, **_: Any) -> None:
+    if not type:  # the initial listing: the resume handlers cover it
         return
     _reconcile_owner(namespace, labels, logger)

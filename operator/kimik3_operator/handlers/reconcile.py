@@ -27,11 +27,19 @@ from kimik3_operator.preflight.pairing import resolve_drafter
 log = logging.getLogger(__name__)
 CRD_API = "apiextensions.k8s.io/v1"
 LWS_API = f"{c.LWS_GROUP}/{c.LWS_VERSION}"
-WARNING_REASONS = frozenset({
-    Reason.INVALID_SPEC, Reason.LEADER_WORKER_SET_CRD_MISSING, Reason.POD_CRASH_LOOPING,
-    Reason.POD_OOM_KILLED, Reason.IMAGE_PULL_FAILED, Reason.INSUFFICIENT_GPUS,
-    Reason.UNSCHEDULABLE, Reason.APPLY_FAILED, Reason.PREFLIGHT_FAILED,
-})
+WARNING_REASONS = frozenset(
+    {
+        Reason.INVALID_SPEC,
+        Reason.LEADER_WORKER_SET_CRD_MISSING,
+        Reason.POD_CRASH_LOOPING,
+        Reason.POD_OOM_KILLED,
+        Reason.IMAGE_PULL_FAILED,
+        Reason.INSUFFICIENT_GPUS,
+        Reason.UNSCHEDULABLE,
+        Reason.APPLY_FAILED,
+        Reason.PREFLIGHT_FAILED,
+    }
+)
 
 _locks: dict[tuple[str, str], threading.Lock] = {}
 _locks_guard = threading.Lock()
@@ -52,15 +60,15 @@ class ReconcileResult:
     events: list[str] = field(default_factory=list)
 
 
-def reconcile(kube: Kube, body: Mapping[str, Any],
-              clock: Callable[[], str] = now_rfc3339) -> ReconcileResult:
+def reconcile(
+    kube: Kube, body: Mapping[str, Any], clock: Callable[[], str] = now_rfc3339
+) -> ReconcileResult:
     meta = body["metadata"]
     with lock_for(meta["namespace"], meta["name"]):
         return _reconcile(kube, body, clock)
 
 
-def _reconcile(kube: Kube, body: Mapping[str, Any], clock: Callable[[], str]
-               ) -> ReconcileResult:
+def _reconcile(kube: Kube, body: Mapping[str, Any], clock: Callable[[], str]) -> ReconcileResult:
     meta = body["metadata"]
     owner = Owner(meta["name"], meta["namespace"], meta["uid"])
     result = ReconcileResult()
@@ -79,24 +87,42 @@ def _reconcile(kube: Kube, body: Mapping[str, Any], clock: Callable[[], str]
         try:
             _apply_children(kube, children, result)
             if pod_monitor_installed and not any(ch["kind"] == "PodMonitor" for ch in children):
-                _delete_owned(kube, f"{c.MONITORING_GROUP}/v1", "PodMonitor",
-                              names.pod_monitor(owner.name), owner, result)
+                _delete_owned(
+                    kube,
+                    f"{c.MONITORING_GROUP}/v1",
+                    "PodMonitor",
+                    names.pod_monitor(owner.name),
+                    owner,
+                    result,
+                )
         except KubeError as exc:
-            observation = Observation(0, (Condition(
-                ConditionType.DEGRADED, "True", Reason.APPLY_FAILED,
-                f"applying the children failed: {exc}; the operator retries"),),
-                Reason.APPLY_FAILED)
+            observation = Observation(
+                0,
+                (
+                    Condition(
+                        ConditionType.DEGRADED,
+                        "True",
+                        Reason.APPLY_FAILED,
+                        f"applying the children failed: {exc}; the operator retries",
+                    ),
+                ),
+                Reason.APPLY_FAILED,
+            )
             _write_status(kube, body, spec, observation, result, clock)
             raise
-    lws = kube.get(LWS_API, "LeaderWorkerSet", names.leader_worker_set(owner.name),
-                   owner.namespace) if lws_installed else None
+    lws = (
+        kube.get(LWS_API, "LeaderWorkerSet", names.leader_worker_set(owner.name), owner.namespace)
+        if lws_installed
+        else None
+    )
     pods = _pods(kube, owner) if lws_installed else []
     observation = observe(spec, lws_crd_installed=lws_installed, lws=lws, pods=pods)
     if any(p.reason == Reason.INSUFFICIENT_GPUS for p in observation.problems):
         gpus = gpu_inventory(
             kube.list("v1", "Node"),
             kube.list("v1", "Pod", field_selector="status.phase!=Succeeded,status.phase!=Failed"),
-            spec)
+            spec,
+        )
         observation = observe(spec, lws_crd_installed=True, lws=lws, pods=pods, gpus=gpus)
     _write_status(kube, body, spec, observation, result, clock)
     return result
@@ -120,8 +146,9 @@ def _apply_children(kube: Kube, children: Sequence[Obj], result: ReconcileResult
             result.applied.append(f"{child['kind']}/{meta['name']}")
 
 
-def _delete_owned(kube: Kube, api_version: str, kind: str, name: str, owner: Owner,
-                  result: ReconcileResult) -> None:
+def _delete_owned(
+    kube: Kube, api_version: str, kind: str, name: str, owner: Owner, result: ReconcileResult
+) -> None:
     live = kube.get(api_version, kind, name, owner.namespace)
     if live is None:
         return
@@ -151,15 +178,17 @@ def desired_status(
     if spec is not None:
         owner = Owner(meta["name"], meta["namespace"], meta.get("uid", ""))
         labels = selector_labels(owner, c.COMPONENT_LEADER)
-        status.update({
-            "replicas": spec.replicas,
-            "readyReplicas": observation.ready_replicas,
-            "selector": ",".join(f"{k}={v}" for k, v in labels.items()),
-            "nodesPerReplica": spec.nodes_per_replica,
-            "gpusPerReplica": spec.gpus_per_replica,
-            "endpoint": names.endpoint(owner.name, owner.namespace, spec.service.port),
-            "speculative": _speculative(spec, current.get("speculative") or {}),
-        })
+        status.update(
+            {
+                "replicas": spec.replicas,
+                "readyReplicas": observation.ready_replicas,
+                "selector": ",".join(f"{k}={v}" for k, v in labels.items()),
+                "nodesPerReplica": spec.nodes_per_replica,
+                "gpusPerReplica": spec.gpus_per_replica,
+                "endpoint": names.endpoint(owner.name, owner.namespace, spec.service.port),
+                "speculative": _speculative(spec, current.get("speculative") or {}),
+            }
+        )
     return status
 
 
@@ -168,11 +197,13 @@ def _speculative(spec: KimiK3DeploymentSpec, current: Mapping[str, Any]) -> dict
     if drafter is None:
         return {"method": "none"}
     section = dict(current) if current.get("drafter") == drafter.repo else {}
-    section.update({
-        "method": drafter.method,
-        "drafter": drafter.repo,
-        "autoPaired": drafter.auto_paired,
-    })
+    section.update(
+        {
+            "method": drafter.method,
+            "drafter": drafter.repo,
+            "autoPaired": drafter.auto_paired,
+        }
+    )
     if drafter.num_speculative_tokens is not None:
         section["numSpeculativeTokens"] = drafter.num_speculative_tokens
     else:
@@ -185,9 +216,14 @@ def status_delta(current: Mapping[str, Any], desired: Mapping[str, Any]) -> dict
     return {k: v for k, v in desired.items() if current.get(k) != v}
 
 
-def _write_status(kube: Kube, body: Mapping[str, Any], spec: KimiK3DeploymentSpec | None,
-                  observation: Observation, result: ReconcileResult,
-                  clock: Callable[[], str]) -> None:
+def _write_status(
+    kube: Kube,
+    body: Mapping[str, Any],
+    spec: KimiK3DeploymentSpec | None,
+    observation: Observation,
+    result: ReconcileResult,
+    clock: Callable[[], str],
+) -> None:
     meta = body["metadata"]
     current: Mapping[str, Any] = body.get("status") or {}
     status = desired_status(body, spec, observation, clock())
@@ -206,7 +242,8 @@ def _write_status(kube: Kube, body: Mapping[str, Any], spec: KimiK3DeploymentSpe
 def _post_event(kube: Kube, body: Mapping[str, Any], condition: Condition, now: str) -> None:
     meta = body["metadata"]
     warning = condition.reason in WARNING_REASONS or (
-        condition.type == ConditionType.DEGRADED and condition.status == "True")
+        condition.type == ConditionType.DEGRADED and condition.status == "True"
+    )
     event = {
         "apiVersion": "v1",
         "kind": "Event",

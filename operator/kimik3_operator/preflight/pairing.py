@@ -95,7 +95,6 @@ def resolve_drafter(spec: KimiK3DeploymentSpec) -> ResolvedDrafter | None:
         num_speculative_tokens=drafter.num_speculative_tokens or known.num_speculative_tokens,
         draft_tensor_parallel_size=drafter.draft_tensor_parallel_size,
         draft_sample_method=drafter.draft_sample_method or known.draft_sample_method,
-        rejection_sample_method=drafter.rejection_sample_method
-        or known.rejection_sample_method,
+        rejection_sample_method=drafter.rejection_sample_method or known.rejection_sample_method,
         auto_paired=True,
     )

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Stops every process cluster-up started (by PID) and removes its state.
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+source "$here/versions.env"
+cache_root="${KIMIK3_CACHE:-$HOME/.cache/kimik3-operator}"
+key="k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}_helm-${HELM_VERSION}_lws-${LWS_VERSION}"
+run="$root/e2e/.run"
+export KWOK_WORKDIR="$run/kwok"
+for pidfile in "$run"/*.pid; do
+  [[ -f "$pidfile" ]] || continue
+  pid="$(cat "$pidfile")"
+  kill "$pid" 2>/dev/null && for _ in $(seq 1 20); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+  kill -9 "$pid" 2>/dev/null || true
+  rm -f "$pidfile"
+done
+if [[ -x "$cache_root/tools/$key/bin/kwokctl" ]]; then
+  "$cache_root/tools/$key/bin/kwokctl" delete cluster --name kimik3-e2e >&2 || true
+fi
+rm -rf "$run"
+echo "control plane down" >&2

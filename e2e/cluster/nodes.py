@@ -1,0 +1,59 @@
+"""Prints fake GPU Node objects for KWOK as a YAML stream.
+
+Each node stands in for a GPU machine: KWOK keeps the capacity given here and marks the node
+Ready, so the real scheduler places pods against real `nvidia.com/gpu` accounting.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import yaml
+
+TOPOLOGY_LABEL = "topology.kimik3.io/domain"
+
+
+def node(index: int, gpus: int, domains: int, product: str) -> dict[str, object]:
+    capacity = {
+        "cpu": "96",
+        "memory": "1Ti",
+        "pods": "110",
+        "nvidia.com/gpu": str(gpus),
+        "ephemeral-storage": "2Ti",
+    }
+    name = f"gpu-node-{index}"
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
+            "labels": {
+                "kubernetes.io/hostname": name,
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64",
+                "type": "kwok",
+                "nvidia.com/gpu.product": product,
+                "nvidia.com/gpu.count": str(gpus),
+                TOPOLOGY_LABEL: f"domain-{index % domains}",
+            },
+        },
+        "spec": {},
+        "status": {"capacity": capacity, "allocatable": capacity},
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--count", type=int, default=4)
+    parser.add_argument("--gpus", type=int, default=8)
+    parser.add_argument("--domains", type=int, default=2)
+    parser.add_argument("--product", default="NVIDIA-H200")
+    args = parser.parse_args()
+    nodes = [node(i, args.gpus, max(1, args.domains), args.product) for i in range(args.count)]
+    yaml.safe_dump_all(nodes, sys.stdout, sort_keys=False)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# Starts (or reuses) the real control plane for the end-to-end tests and the demo:
+# etcd, kube-apiserver, kube-controller-manager and kube-scheduler run by kwokctl's binary
+# runtime from the binaries build-tools.sh made; KWOK fakes the GPU nodes' kubelets; the
+# LeaderWorkerSet manager runs as a host process with its webhooks on 127.0.0.1.
+# Leaves the kubeconfig at e2e/.run/kubeconfig.
+#
+# Settings: KIMIK3_E2E_NODES (4), KIMIK3_E2E_GPUS_PER_NODE (8), KIMIK3_E2E_DOMAINS (2).
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+source "$here/versions.env"
+cache_root="${KIMIK3_CACHE:-$HOME/.cache/kimik3-operator}"
+bin="$(bash "$here/build-tools.sh" | tail -n 1)"
+manifests="$cache_root/tools/manifests_lws-${LWS_VERSION}_promop-${PROMETHEUS_OPERATOR_VERSION}"
+run="$root/e2e/.run"
+cluster="kimik3-e2e"
+kubeconfig="$run/kubeconfig"
+lws_port="${KIMIK3_E2E_LWS_WEBHOOK_PORT:-19443}"
+python="${PYTHON:-python3}"
+export PATH="$bin:$PATH"
+export KWOK_WORKDIR="$run/kwok"
+mkdir -p "$run"
+started=$(date +%s)
+
+k() { kubectl --kubeconfig "$kubeconfig" "$@"; }
+
+lws_running() {
+  [[ -f "$run/lws.pid" ]] && kill -0 "$(cat "$run/lws.pid")" 2>/dev/null
+}
+
+if [[ -f "$kubeconfig" ]] && k get --raw /readyz >/dev/null 2>&1; then
+  echo "control plane already up; reusing it" >&2
+else
+  kwokctl delete cluster --name "$cluster" >/dev/null 2>&1 || true
+  kwokctl create cluster --name "$cluster" --runtime binary \
+    --kube-apiserver-binary "$bin/kube-apiserver" \
+    --kube-controller-manager-binary "$bin/kube-controller-manager" \
+    --kube-scheduler-binary "$bin/kube-scheduler" \
+    --kwok-controller-binary "$bin/kwok" \
+    --etcd-binary "$bin/etcd" \
+    --kubeconfig "" \
+    --wait 120s >&2
+  kwokctl get kubeconfig --name "$cluster" > "$kubeconfig"
+fi
+
+# Fake GPU nodes (idempotent: apply).
+"$python" "$here/nodes.py" --count "${KIMIK3_E2E_NODES:-4}" \
+  --gpus "${KIMIK3_E2E_GPUS_PER_NODE:-8}" --domains "${KIMIK3_E2E_DOMAINS:-2}" \
+  | k apply -f - >&2
+
+# CRDs: LeaderWorkerSet and the Prometheus Operator's monitors and rules.
+for crd in "$manifests"/*_leaderworkersets.yaml "$manifests"/monitoring.coreos.com_*.yaml; do
+  k apply --server-side --force-conflicts -f "$crd" >/dev/null
+done
+k wait --for condition=established --timeout=60s \
+  crd/leaderworkersets.leaderworkerset.x-k8s.io crd/podmonitors.monitoring.coreos.com >/dev/null
+
+# The LeaderWorkerSet manager with its webhooks served on 127.0.0.1.
+if ! lws_running; then
+  certs="$run/lws-certs"
+  mkdir -p "$certs"
+  if [[ ! -f "$certs/tls.crt" ]]; then
+    openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=kimik3-e2e-ca" \
+      -keyout "$certs/ca.key" -out "$certs/ca.crt" 2>/dev/null
+    openssl req -newkey rsa:2048 -nodes -subj "/CN=127.0.0.1" \
+      -keyout "$certs/tls.key" -out "$certs/tls.csr" 2>/dev/null
+    printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\n' > "$certs/san.ext"
+    openssl x509 -req -in "$certs/tls.csr" -CA "$certs/ca.crt" -CAkey "$certs/ca.key" \
+      -CAcreateserial -days 3650 -extfile "$certs/san.ext" -out "$certs/tls.crt" 2>/dev/null
+  fi
+  cat > "$run/lws-config.yaml" <<CONFIG
+apiVersion: config.lws.x-k8s.io/v1alpha1
+kind: Configuration
+leaderElection:
+  leaderElect: false
+internalCertManagement:
+  enable: false
+webhook:
+  port: ${lws_port}
+  host: 127.0.0.1
+  certDir: ${certs}
+metrics:
+  bindAddress: "127.0.0.1:0"
+health:
+  healthProbeBindAddress: "127.0.0.1:18081"
+CONFIG
+  KUBECONFIG="$kubeconfig" nohup "$bin/lws-manager" --config "$run/lws-config.yaml" \
+    > "$run/lws.log" 2>&1 &
+  echo $! > "$run/lws.pid"
+  "$python" "$here/lws_webhooks.py" "$manifests/lws-webhooks.yaml" "$certs/ca.crt" "$lws_port" \
+    | k apply -f - >&2
+fi
+for _ in $(seq 1 60); do
+  curl -fsk "https://127.0.0.1:${lws_port}/" >/dev/null 2>&1 && break
+  [[ "$(curl -sk -o /dev/null -w '%{http_code}' "https://127.0.0.1:${lws_port}/")" != "000" ]] && break
+  lws_running || { echo "LWS manager exited; see $run/lws.log" >&2; tail -20 "$run/lws.log" >&2; exit 1; }
+  sleep 1
+done
+for _ in $(seq 1 60); do
+  [[ "$(k get nodes --no-headers 2>/dev/null | grep -c ' Ready')" -ge "${KIMIK3_E2E_NODES:-4}" ]] && break
+  sleep 1
+done
+echo "control plane up in $(( $(date +%s) - started ))s; export KUBECONFIG=$kubeconfig" >&2

@@ -1,0 +1,123 @@
+"""Shared fixtures: small fluent spec builders and a recording fake of the Kube client."""
+
+from __future__ import annotations
+
+import copy
+import pathlib
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+import yaml
+
+from kimik3_operator.api.spec import KimiK3DeploymentSpec, parse_spec
+from kimik3_operator.kube import Obj
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+CRD_PATH = ROOT / "manifests" / "crd" / "kimik3deployments.yaml"
+
+
+def spec_of(**sections: Mapping[str, Any] | int) -> KimiK3DeploymentSpec:
+    """parse_spec of a spec given as keyword sections: spec_of(parallelism={"tensor": 8})."""
+    return parse_spec(dict(sections))
+
+
+def resource(
+    name: str = "k3", namespace: str = "llm", generation: int = 1, **spec: Any
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "serving.kimik3.io/v1alpha1",
+        "kind": "KimiK3Deployment",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "uid": "uid-1",
+            "generation": generation,
+        },
+        "spec": spec,
+    }
+
+
+@pytest.fixture
+def crd() -> dict[str, Any]:
+    loaded: dict[str, Any] = yaml.safe_load(CRD_PATH.read_text())
+    return loaded
+
+
+class FakeKube:
+    """Stands in for the API server in unit tests: stores objects, counts writes.
+
+    Apply merges like a server-side apply of the full object; the end-to-end tests use the
+    real API server.
+    """
+
+    def __init__(
+        self,
+        crds: tuple[str, ...] = (
+            "leaderworkersets.leaderworkerset.x-k8s.io",
+            "podmonitors.monitoring.coreos.com",
+        ),
+    ) -> None:
+        self.objects: dict[tuple[str, str, str | None, str], Obj] = {}
+        self.writes: list[tuple[str, str, str]] = []
+        for name in crds:
+            self.objects[("apiextensions.k8s.io/v1", "CustomResourceDefinition", None, name)] = {
+                "metadata": {"name": name}
+            }
+
+    def put(self, obj: Obj) -> None:
+        meta = obj["metadata"]
+        self.objects[(obj["apiVersion"], obj["kind"], meta.get("namespace"), meta["name"])] = obj
+
+    def get(
+        self, api_version: str, kind: str, name: str, namespace: str | None = None
+    ) -> Obj | None:
+        found = self.objects.get((api_version, kind, namespace, name))
+        return copy.deepcopy(found) if found is not None else None
+
+    def list(
+        self,
+        api_version: str,
+        kind: str,
+        namespace: str | None = None,
+        label_selector: str = "",
+        field_selector: str = "",
+    ) -> list[Obj]:
+        wanted = dict(p.split("=", 1) for p in label_selector.split(",") if p)
+        out = []
+        for (av, k, ns, _), obj in self.objects.items():
+            labels = obj.get("metadata", {}).get("labels", {}) or {}
+            if (
+                (av, k) == (api_version, kind)
+                and (namespace is None or ns == namespace)
+                and all(labels.get(key) == value for key, value in wanted.items())
+            ):
+                out.append(copy.deepcopy(obj))
+        return out
+
+    def apply(self, manifest: Mapping[str, Any]) -> Obj:
+        self.writes.append(("apply", manifest["kind"], manifest["metadata"]["name"]))
+        obj = copy.deepcopy(dict(manifest))
+        self.put(obj)
+        return obj
+
+    def patch_status(
+        self, api_version: str, kind: str, name: str, namespace: str, status: Mapping[str, Any]
+    ) -> Obj:
+        self.writes.append(("patch_status", kind, name))
+        obj = self.objects[(api_version, kind, namespace, name)]
+        obj.setdefault("status", {}).update(copy.deepcopy(dict(status)))
+        return obj
+
+    def delete(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> None:
+        self.writes.append(("delete", kind, name))
+        self.objects.pop((api_version, kind, namespace, name), None)
+
+    def create(self, manifest: Mapping[str, Any]) -> Obj:
+        self.writes.append(("create", manifest["kind"], manifest["metadata"].get("name", "")))
+        return dict(manifest)
+
+
+@pytest.fixture
+def kube() -> FakeKube:
+    return FakeKube()

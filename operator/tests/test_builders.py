@@ -1,0 +1,279 @@
+"""Each builder field a user relies on, stated explicitly."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from conftest import spec_of
+
+from kimik3_operator.api.constants import SPEC_HASH_ANNOTATION
+from kimik3_operator.api.spec import KimiK3DeploymentSpec
+from kimik3_operator.builders.children import build_children
+from kimik3_operator.builders.command import serve_args
+from kimik3_operator.builders.common import Owner
+from kimik3_operator.builders.leaderworkerset import build_leader_worker_set
+from kimik3_operator.builders.podmonitor import build_pod_monitor
+from kimik3_operator.builders.probes import startup_budget_seconds
+from kimik3_operator.builders.service import build_service
+from kimik3_operator.preflight.pairing import resolve_drafter
+
+OWNER = Owner("k3", "llm", "uid-1")
+
+
+def lws_of(spec: KimiK3DeploymentSpec) -> dict[str, Any]:
+    return build_leader_worker_set(spec, OWNER, resolve_drafter(spec))
+
+
+def container(template: dict[str, Any]) -> dict[str, Any]:
+    found: dict[str, Any] = template["spec"]["containers"][0]
+    return found
+
+
+def flag(args: list[str], name: str) -> str | None:
+    return args[args.index(name) + 1] if name in args else None
+
+
+def test_two_node_group_for_tp16_on_8_gpu_nodes() -> None:
+    lws = lws_of(spec_of())
+    spec = lws["spec"]
+    assert lws["apiVersion"] == "leaderworkerset.x-k8s.io/v1"
+    assert spec["replicas"] == 1
+    assert spec["startupPolicy"] == "LeaderCreated"
+    assert spec["leaderWorkerTemplate"]["size"] == 2
+    assert spec["leaderWorkerTemplate"]["restartPolicy"] == "RecreateGroupOnPodRestart"
+    assert spec["rolloutStrategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdateConfiguration": {"maxSurge": 0, "maxUnavailable": 1},
+    }
+
+
+def test_leader_and_worker_commands_differ_in_rank_and_headless() -> None:
+    tmpl = lws_of(spec_of())["spec"]["leaderWorkerTemplate"]
+    leader, worker = container(tmpl["leaderTemplate"]), container(tmpl["workerTemplate"])
+    assert leader["command"] == ["vllm", "serve"]
+    la, wa = leader["args"], worker["args"]
+    assert la[0] == wa[0] == "moonshotai/Kimi-K3"
+    assert flag(la, "--tensor-parallel-size") == "16"
+    assert flag(la, "--pipeline-parallel-size") == "1"
+    assert flag(la, "--nnodes") == flag(wa, "--nnodes") == "$(LWS_GROUP_SIZE)"
+    assert flag(la, "--master-addr") == flag(wa, "--master-addr") == "$(LWS_LEADER_ADDRESS)"
+    assert flag(la, "--node-rank") == "0"
+    assert flag(wa, "--node-rank") == "$(LWS_WORKER_INDEX)"
+    assert "--headless" in wa and "--headless" not in la
+    assert flag(la, "--served-model-name") == "moonshotai/Kimi-K3"
+    assert flag(la, "--port") == "8000"
+    assert [a for a in la if a not in ("0", "$(LWS_WORKER_INDEX)", "--headless")] == [
+        a for a in wa if a not in ("0", "$(LWS_WORKER_INDEX)", "--headless")
+    ]
+
+
+def test_speculative_config_names_the_method_explicitly() -> None:
+    args = serve_args(spec_of(), resolve_drafter(spec_of()), "leader")
+    config = json.loads(flag(args, "--speculative-config") or "{}")
+    assert config == {
+        "method": "dspark",
+        "model": "RedHatAI/Kimi-K3-speculator.dspark",
+        "num_speculative_tokens": 8,
+        "draft_sample_method": "probabilistic",
+        "rejection_sample_method": "block",
+    }
+
+
+def test_given_drafter_settings_pass_through() -> None:
+    spec = spec_of(
+        drafter={
+            "method": "eagle3",
+            "repo": "me/eagle",
+            "revision": "v2",
+            "numSpeculativeTokens": 3,
+            "draftTensorParallelSize": 1,
+        }
+    )
+    config = json.loads(
+        flag(serve_args(spec, resolve_drafter(spec), "leader"), "--speculative-config") or "{}"
+    )
+    assert config == {
+        "method": "eagle3",
+        "model": "me/eagle",
+        "revision": "v2",
+        "num_speculative_tokens": 3,
+        "draft_tensor_parallel_size": 1,
+    }
+
+
+def test_no_drafter_means_no_speculative_config() -> None:
+    spec = spec_of(drafter={"method": "none"})
+    assert "--speculative-config" not in serve_args(spec, resolve_drafter(spec), "leader")
+
+
+def test_single_node_group_has_no_multi_node_flags() -> None:
+    spec = spec_of(parallelism={"tensor": 8})
+    tmpl = lws_of(spec)["spec"]["leaderWorkerTemplate"]
+    assert tmpl["size"] == 1
+    assert "leaderTemplate" not in tmpl
+    args = container(tmpl["workerTemplate"])["args"]
+    for multi in ("--nnodes", "--node-rank", "--master-addr", "--headless"):
+        assert multi not in args
+    # the single pod is the leader: it serves HTTP and has the probes
+    assert "readinessProbe" in container(tmpl["workerTemplate"])
+
+
+def test_multimodal_architecture_is_served_as_text() -> None:
+    spec = spec_of(model={"architecture": "KimiK3ForConditionalGeneration"})
+    assert "--language-model-only" in serve_args(spec, None, "leader")
+    assert "--language-model-only" not in serve_args(spec_of(), None, "leader")
+
+
+def test_parallel_options() -> None:
+    spec = spec_of(parallelism={"tensor": 8, "pipeline": 2, "decodeContext": 2, "expert": True})
+    args = serve_args(spec, None, "worker")
+    assert flag(args, "--pipeline-parallel-size") == "2"
+    assert flag(args, "--decode-context-parallel-size") == "2"
+    assert "--enable-expert-parallel" in args
+    assert "--headless" in args
+
+
+def test_gpu_resources_shm_and_placement() -> None:
+    spec = spec_of(
+        placement={
+            "nodeSelector": {"pool": "h200"},
+            "tolerations": [{"key": "gpu", "operator": "Exists"}],
+            "schedulerName": "kai",
+            "priorityClassName": "high",
+            "topologyKey": "topology.kubernetes.io/zone",
+        },
+        resources={"cpu": "32", "memory": "512Gi", "sharedMemory": "32Gi"},
+    )
+    lws = lws_of(spec)
+    assert lws["metadata"]["annotations"]["leaderworkerset.sigs.k8s.io/exclusive-topology"] == (
+        "topology.kubernetes.io/zone"
+    )
+    for role in ("leaderTemplate", "workerTemplate"):
+        pod = lws["spec"]["leaderWorkerTemplate"][role]
+        c = container(pod)
+        want = {"nvidia.com/gpu": 8, "cpu": "32", "memory": "512Gi"}
+        assert c["resources"] == {"requests": want, "limits": want}
+        assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "32Gi"}} in (
+            pod["spec"]["volumes"]
+        )
+        assert {"name": "dshm", "mountPath": "/dev/shm"} in c["volumeMounts"]
+        assert pod["spec"]["nodeSelector"] == {"pool": "h200"}
+        assert pod["spec"]["tolerations"] == [{"key": "gpu", "operator": "Exists"}]
+        assert pod["spec"]["schedulerName"] == "kai"
+        assert pod["spec"]["priorityClassName"] == "high"
+    assert "exclusive-topology" not in json.dumps(lws_of(spec_of())["metadata"])
+
+
+def test_hf_token_is_a_secret_reference_never_a_value() -> None:
+    spec = spec_of(model={"hfTokenSecretRef": {"name": "hf", "key": "tok"}})
+    env = container(lws_of(spec)["spec"]["leaderWorkerTemplate"]["leaderTemplate"])["env"]
+    assert {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "tok"}}} in env
+
+
+def test_pvc_source_mounts_the_claim_and_serves_the_path() -> None:
+    spec = spec_of(model={"source": {"pvc": {"claimName": "weights", "path": "kimi/k3"}}})
+    pod = lws_of(spec)["spec"]["leaderWorkerTemplate"]["leaderTemplate"]
+    c = container(pod)
+    assert c["args"][0] == "/models/kimi/k3"
+    assert "--revision" not in c["args"]
+    assert flag(c["args"], "--served-model-name") == "moonshotai/Kimi-K3"
+    assert {
+        "name": "model",
+        "persistentVolumeClaim": {"claimName": "weights", "readOnly": True},
+    } in pod["spec"]["volumes"]
+
+
+def test_probes_on_the_leader_only_with_a_budget_from_the_weights() -> None:
+    tmpl = lws_of(spec_of())["spec"]["leaderWorkerTemplate"]
+    leader, worker = container(tmpl["leaderTemplate"]), container(tmpl["workerTemplate"])
+    assert leader["readinessProbe"]["httpGet"] == {"path": "/v1/models", "port": "http"}
+    assert leader["livenessProbe"]["httpGet"] == {"path": "/health", "port": "http"}
+    startup = leader["startupProbe"]
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= 4300
+    for probe in ("readinessProbe", "livenessProbe", "startupProbe", "ports"):
+        assert probe not in worker
+
+
+def test_startup_budget_shrinks_with_nodes_and_local_weights() -> None:
+    two = startup_budget_seconds(spec_of())
+    four = startup_budget_seconds(spec_of(parallelism={"tensor": 32}))
+    pvc = startup_budget_seconds(spec_of(model={"source": {"pvc": {"claimName": "w"}}}))
+    assert two == 900 + 3400
+    assert four == 900 + 1700
+    assert pvc == 900 + 850
+
+
+def test_extra_args_and_env_come_after_the_generated_ones() -> None:
+    spec = spec_of(
+        engine={
+            "extraArgs": ["--moe-backend", "marlin"],
+            "env": [{"name": "VLLM_USE_V2_MODEL_RUNNER", "value": "1"}],
+        }
+    )
+    c = container(lws_of(spec)["spec"]["leaderWorkerTemplate"]["workerTemplate"])
+    assert c["args"][-2:] == ["--moe-backend", "marlin"]
+    assert c["env"][-1] == {"name": "VLLM_USE_V2_MODEL_RUNNER", "value": "1"}
+
+
+def test_service_selects_the_leaders() -> None:
+    svc = build_service(spec_of(service={"port": 9000, "type": "NodePort"}), OWNER)
+    assert svc["spec"]["selector"] == {
+        "app.kubernetes.io/instance": "k3",
+        "app.kubernetes.io/component": "leader",
+    }
+    assert svc["spec"]["type"] == "NodePort"
+    assert svc["spec"]["ports"] == [
+        {"name": "http", "port": 9000, "targetPort": "http", "protocol": "TCP"}
+    ]
+
+
+def test_pod_monitor_scrapes_leader_metrics() -> None:
+    pm = build_pod_monitor(spec_of(), OWNER)
+    assert pm["kind"] == "PodMonitor"
+    assert pm["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"] == "leader"
+    assert pm["spec"]["podMetricsEndpoints"][0]["path"] == "/metrics"
+
+
+def test_children_carry_owner_labels_and_hash() -> None:
+    children = build_children(spec_of(), OWNER)
+    assert [c["kind"] for c in children] == ["Service", "LeaderWorkerSet", "PodMonitor"]
+    for child in children:
+        meta = child["metadata"]
+        assert meta["ownerReferences"] == [
+            {
+                "apiVersion": "serving.kimik3.io/v1alpha1",
+                "kind": "KimiK3Deployment",
+                "name": "k3",
+                "uid": "uid-1",
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ]
+        assert meta["labels"]["app.kubernetes.io/managed-by"] == "kimik3-operator"
+        assert meta["labels"]["app.kubernetes.io/instance"] == "k3"
+        assert meta["namespace"] == "llm"
+        assert SPEC_HASH_ANNOTATION in meta["annotations"]
+    no_monitor = build_children(spec_of(monitoring={"podMonitor": False}), OWNER)
+    assert [c["kind"] for c in no_monitor] == ["Service", "LeaderWorkerSet"]
+    no_crd = build_children(spec_of(), OWNER, pod_monitor_available=False)
+    assert [c["kind"] for c in no_crd] == ["Service", "LeaderWorkerSet"]
+
+
+def test_hash_changes_with_the_spec() -> None:
+    def lws_hash(spec: KimiK3DeploymentSpec) -> str:
+        return str(build_children(spec, OWNER)[1]["metadata"]["annotations"][SPEC_HASH_ANNOTATION])
+
+    assert lws_hash(spec_of()) == lws_hash(spec_of())
+    assert lws_hash(spec_of()) != lws_hash(spec_of(engine={"image": "vllm/vllm-openai:v0.34.0"}))
+
+
+def test_pairing_fills_the_known_drafter() -> None:
+    paired = resolve_drafter(spec_of())
+    assert paired is not None and paired.auto_paired
+    assert paired.repo == "RedHatAI/Kimi-K3-speculator.dspark"
+    given = resolve_drafter(spec_of(drafter={"repo": "Inferact/Kimi-K3-DSpark"}))
+    assert given is not None and not given.auto_paired
+    assert resolve_drafter(spec_of(drafter={"method": "none"})) is None
+    unknown = resolve_drafter(spec_of(model={"repo": "me/other"}))
+    assert unknown is not None and unknown.repo == ""

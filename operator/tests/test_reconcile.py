@@ -1,0 +1,121 @@
+"""The reconcile against a recording fake API: what it writes, and that a no-op writes nothing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from conftest import FakeKube, resource
+
+from kimik3_operator.handlers.apply import is_subset, needs_apply
+from kimik3_operator.handlers.reconcile import reconcile
+
+NOW = "2026-12-02T00:00:00Z"
+
+
+def clock() -> str:
+    return NOW
+
+
+def stored(kube: FakeKube, body: dict[str, Any]) -> dict[str, Any]:
+    kube.put(body)
+    return body
+
+
+def test_first_reconcile_applies_children_and_status(kube: FakeKube) -> None:
+    body = stored(kube, resource())
+    result = reconcile(kube, body, clock)
+    assert result.applied == ["Service/k3", "LeaderWorkerSet/k3", "PodMonitor/k3"]
+    assert result.status_written
+    status = kube.get("serving.kimik3.io/v1alpha1", "KimiK3Deployment", "k3", "llm")["status"]
+    assert status["observedGeneration"] == 1
+    assert status["nodesPerReplica"] == 2
+    assert status["gpusPerReplica"] == 16
+    assert status["endpoint"] == "http://k3.llm.svc:8000"
+    assert status["selector"] == "app.kubernetes.io/instance=k3,app.kubernetes.io/component=leader"
+    assert status["speculative"]["drafter"] == "RedHatAI/Kimi-K3-speculator.dspark"
+    assert {c["type"] for c in status["conditions"]} == {"Progressing", "Available", "Degraded"}
+    assert "Degraded=False/AsExpected" in result.events
+
+
+def test_second_reconcile_writes_nothing(kube: FakeKube) -> None:
+    body = stored(kube, resource())
+    reconcile(kube, body, clock)
+    kube.writes.clear()
+    again = kube.get("serving.kimik3.io/v1alpha1", "KimiK3Deployment", "k3", "llm")
+    result = reconcile(kube, again, lambda: "2026-12-02T01:00:00Z")
+    assert kube.writes == []
+    assert result.applied == [] and not result.status_written and result.events == []
+
+
+def test_changed_spec_reapplies_only_what_changed(kube: FakeKube) -> None:
+    reconcile(kube, stored(kube, resource()), clock)
+    kube.writes.clear()
+    body = kube.get("serving.kimik3.io/v1alpha1", "KimiK3Deployment", "k3", "llm")
+    body["spec"] = {"engine": {"image": "vllm/vllm-openai:v0.34.0"}}
+    body["metadata"]["generation"] = 2
+    result = reconcile(kube, body, clock)
+    assert result.applied == ["LeaderWorkerSet/k3"]
+
+
+def test_removed_field_is_reapplied(kube: FakeKube) -> None:
+    reconcile(kube, stored(kube, resource(placement={"nodeSelector": {"pool": "a"}})), clock)
+    kube.writes.clear()
+    body = kube.get("serving.kimik3.io/v1alpha1", "KimiK3Deployment", "k3", "llm")
+    body["spec"] = {}
+    result = reconcile(kube, body, clock)
+    assert result.applied == ["LeaderWorkerSet/k3"]
+
+
+def test_invalid_spec_creates_no_child_and_says_why(kube: FakeKube) -> None:
+    body = stored(kube, resource(parallelism={"tensor": 12}))
+    result = reconcile(kube, body, clock)
+    assert result.invalid
+    assert [w for w in kube.writes if w[0] == "apply"] == []
+    status = kube.get("serving.kimik3.io/v1alpha1", "KimiK3Deployment", "k3", "llm")["status"]
+    degraded = next(c for c in status["conditions"] if c["type"] == "Degraded")
+    assert degraded["status"] == "True" and degraded["reason"] == "InvalidSpec"
+    assert "spec.parallelism" in degraded["message"] and "multiple of it" in degraded["message"]
+    assert status["reason"] == "InvalidSpec"
+    assert ("create", "Event", "") in kube.writes
+
+
+def test_invalid_update_leaves_existing_children_alone(kube: FakeKube) -> None:
+    reconcile(kube, stored(kube, resource()), clock)
+    kube.writes.clear()
+    body = kube.get("serving.kimik3.io/v1alpha1", "KimiK3Deployment", "k3", "llm")
+    body["spec"] = {"drafter": {"draftTensorParallelSize": 3}}
+    result = reconcile(kube, body, clock)
+    assert result.invalid
+    assert {w[0] for w in kube.writes} <= {"patch_status", "create"}
+    assert kube.get("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", "k3", "llm") is not None
+
+
+def test_without_lws_crd_nothing_is_applied() -> None:
+    kube = FakeKube(crds=())
+    result = reconcile(kube, stored(kube, resource()), clock)
+    assert result.applied == []
+    status = kube.get("serving.kimik3.io/v1alpha1", "KimiK3Deployment", "k3", "llm")["status"]
+    assert status["reason"] == "LeaderWorkerSetCRDMissing"
+
+
+def test_without_prometheus_operator_no_pod_monitor() -> None:
+    kube = FakeKube(crds=("leaderworkersets.leaderworkerset.x-k8s.io",))
+    result = reconcile(kube, stored(kube, resource()), clock)
+    assert result.applied == ["Service/k3", "LeaderWorkerSet/k3"]
+
+
+def test_turning_the_pod_monitor_off_deletes_it(kube: FakeKube) -> None:
+    reconcile(kube, stored(kube, resource()), clock)
+    body = kube.get("serving.kimik3.io/v1alpha1", "KimiK3Deployment", "k3", "llm")
+    body["spec"] = {"monitoring": {"podMonitor": False}}
+    result = reconcile(kube, body, clock)
+    assert result.deleted == ["PodMonitor/k3"]
+
+
+def test_subset_tolerates_server_defaults_and_quantity_strings() -> None:
+    desired = {"a": {"gpu": 8, "list": [{"x": 1}]}, "flag": True}
+    live = {"a": {"gpu": "8", "list": [{"x": 1, "default": "y"}], "extra": 1}, "flag": True}
+    assert is_subset(desired, live)
+    assert not is_subset({"flag": True}, {"flag": "True"})
+    assert not is_subset({"list": [1, 2]}, {"list": [1]})
+    assert needs_apply({"metadata": {}}, None)

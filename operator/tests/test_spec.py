@@ -1,0 +1,90 @@
+from __future__ import annotations
+
+import pytest
+
+from kimik3_operator.api.spec import (
+    HuggingFaceSource,
+    KimiK3DeploymentSpec,
+    ModelSource,
+    SpecError,
+    parse_spec,
+)
+
+
+def test_empty_spec_gets_every_default() -> None:
+    spec = parse_spec({})
+    assert spec == KimiK3DeploymentSpec()
+    assert spec.model.repo == "moonshotai/Kimi-K3"
+    assert spec.model.source == ModelSource(HuggingFaceSource())
+    assert spec.drafter.method == "dspark"
+    assert spec.parallelism.tensor == 16
+    assert spec.nodes_per_replica == 2
+    assert spec.gpus_per_pod == 8
+    assert spec.gpus_per_replica == 16
+
+
+@pytest.mark.parametrize(
+    ("tensor", "pipeline", "per_node", "nodes", "per_pod"),
+    [
+        (8, 1, 8, 1, 8),
+        (4, 1, 8, 1, 4),
+        (16, 1, 8, 2, 8),
+        (8, 2, 8, 2, 8),
+        (32, 1, 8, 4, 8),
+        (16, 2, 8, 4, 8),
+    ],
+)
+def test_group_size_follows_the_gpu_count(
+    tensor: int, pipeline: int, per_node: int, nodes: int, per_pod: int
+) -> None:
+    spec = parse_spec(
+        {
+            "parallelism": {"tensor": tensor, "pipeline": pipeline},
+            "placement": {"gpusPerNode": per_node},
+        }
+    )
+    assert (spec.nodes_per_replica, spec.gpus_per_pod) == (nodes, per_pod)
+
+
+@pytest.mark.parametrize(
+    ("spec", "path", "words"),
+    [
+        ({"replicas": "two"}, "spec.replicas", "must be an integer"),
+        ({"model": {"architecture": "Llama"}}, "spec.model.architecture", "KimiLinearForCausalLM"),
+        ({"drafter": {"method": "medusa"}}, "spec.drafter.method", "dspark"),
+        ({"parallelism": {"tensor": 12}}, "spec.parallelism", "multiple of it"),
+        (
+            {"drafter": {"draftTensorParallelSize": 4}},
+            "spec.drafter.draftTensorParallelSize",
+            "1 or 16",
+        ),
+        (
+            {"drafter": {"method": "none", "repo": "x/y"}},
+            "spec.drafter.repo",
+            "remove drafter.repo",
+        ),
+        (
+            {"engine": {"extraArgs": ["--tensor-parallel-size=8"]}},
+            "spec.engine.extraArgs[0]",
+            "spec field",
+        ),
+        (
+            {"model": {"source": {"pvc": {"claimName": ""}}}},
+            "spec.model.source.pvc.claimName",
+            "claim",
+        ),
+        ({"model": {"source": {"pvc": {"path": "x"}}}}, "spec.model.source.pvc", "claimName"),
+        ({"engine": {"gpuMemoryUtilization": True}}, "spec.engine.gpuMemoryUtilization", "number"),
+    ],
+)
+def test_bad_spec_names_field_value_and_fix(spec: dict[str, object], path: str, words: str) -> None:
+    with pytest.raises(SpecError) as caught:
+        parse_spec(spec)
+    assert caught.value.path == path
+    assert words in str(caught.value)
+
+
+def test_rollout_takes_percentages() -> None:
+    spec = parse_spec({"rollout": {"maxUnavailable": "50%", "maxSurge": 1}})
+    assert spec.rollout.max_unavailable == "50%"
+    assert spec.rollout.max_surge == 1
