@@ -1,0 +1,202 @@
+"""Fixtures for the end-to-end tests on the real control plane (e2e/cluster/up.sh).
+
+Real: kube-apiserver, kube-controller-manager, kube-scheduler, etcd, the LeaderWorkerSet
+manager and its webhooks, and the operator process (`kimik3 run`). Fake, because they cannot
+exist here: the GPU nodes' kubelets (KWOK marks pods Running and Ready; no container runs).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import pathlib
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+RUN = ROOT / "e2e" / ".run"
+KUBECONFIG = RUN / "kubeconfig"
+CRD = ROOT / "manifests" / "crd" / "kimik3deployments.yaml"
+API = "kimik3deployments.serving.kimik3.io"
+
+
+def _tools_bin() -> pathlib.Path:
+    out = subprocess.run(["bash", str(ROOT / "e2e/cluster/build-tools.sh")], check=True,
+                         capture_output=True, text=True)
+    return pathlib.Path(out.stdout.strip().splitlines()[-1])
+
+
+class Cluster:
+    def __init__(self, kubeconfig: pathlib.Path, bin_dir: pathlib.Path) -> None:
+        self.kubeconfig = kubeconfig
+        self.bin_dir = bin_dir
+        self.env = {**os.environ, "KUBECONFIG": str(kubeconfig),
+                    "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+
+    def kubectl(self, *args: str, input: str | None = None, check: bool = True
+                ) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run([str(self.bin_dir / "kubectl"), *args], input=input,
+                                capture_output=True, text=True, env=self.env, timeout=120,
+                                check=False)
+        if check and result.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)} failed: {result.stderr}")
+        return result
+
+    def get(self, kind: str, name: str, namespace: str) -> dict[str, Any] | None:
+        result = self.kubectl("get", kind, name, "-n", namespace, "-o", "json", check=False)
+        if result.returncode != 0:
+            return None
+        found: dict[str, Any] = json.loads(result.stdout)
+        return found
+
+    def items(self, kind: str, namespace: str, selector: str = "") -> list[dict[str, Any]]:
+        args = ["get", kind, "-n", namespace, "-o", "json"]
+        if selector:
+            args += ["-l", selector]
+        items: list[dict[str, Any]] = json.loads(self.kubectl(*args).stdout)["items"]
+        return items
+
+    def apply(self, manifest: dict[str, Any], namespace: str, check: bool = True
+              ) -> subprocess.CompletedProcess[str]:
+        return self.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(manifest),
+                            check=check)
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Cluster:
+    ready = KUBECONFIG.exists() and subprocess.run(
+        ["kubectl", "--kubeconfig", str(KUBECONFIG), "get", "--raw", "/readyz"],
+        capture_output=True, check=False).returncode == 0
+    if not ready:
+        subprocess.run(["bash", str(ROOT / "e2e/cluster/up.sh")], check=True,
+                       env={**os.environ, "PYTHON": sys.executable})
+    found = Cluster(KUBECONFIG, _tools_bin())
+    found.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD))
+    found.kubectl("wait", "--for", "condition=established", "--timeout=60s", f"crd/{API}")
+    return found
+
+
+@pytest.fixture
+def namespace(cluster: Cluster) -> Iterator[str]:
+    name = f"e2e-{uuid.uuid4().hex[:8]}"
+    cluster.kubectl("create", "namespace", name)
+    yield name
+    cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class OperatorProcess:
+    """`kimik3 run` as a real process against the kubeconfig, watching one namespace."""
+
+    def __init__(self, cluster: Cluster, namespace: str) -> None:
+        self.cluster = cluster
+        self.namespace = namespace
+        self.log = RUN / f"operator-{namespace}.log"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        health = f"http://127.0.0.1:{_free_port()}/healthz"
+        env = {**self.cluster.env, "KIMIK3_NAMESPACES": self.namespace,
+               "KIMIK3_RESYNC_SECONDS": "5", "KIMIK3_HEALTH_ENDPOINT": health}
+        with open(self.log, "ab") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "kimik3_operator", "run", "--verbose"],
+                stdout=log, stderr=subprocess.STDOUT, env=env)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise AssertionError(f"operator exited: {self.log.read_text()[-3000:]}")
+            with contextlib.suppress(OSError):
+                import urllib.request
+
+                with urllib.request.urlopen(health, timeout=1):
+                    return
+            time.sleep(0.3)
+        raise AssertionError(f"operator not healthy in 30s: {self.log.read_text()[-3000:]}")
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.process = None
+
+
+@pytest.fixture
+def operator(cluster: Cluster, namespace: str) -> Iterator[OperatorProcess]:
+    proc = OperatorProcess(cluster, namespace)
+    proc.start()
+    yield proc
+    proc.stop()
+
+
+def describe(cluster: Cluster, name: str, namespace: str) -> str:
+    """What a failing wait shows: the resource's conditions and events, the pods."""
+    body = cluster.get("kk3d", name, namespace) or {}
+    conditions = json.dumps(body.get("status", {}).get("conditions", []), indent=1)
+    events = cluster.kubectl("get", "events", "-n", namespace, "--sort-by=.lastTimestamp",
+                             check=False).stdout
+    pods = cluster.kubectl("get", "pods", "-n", namespace, "-o", "wide", check=False).stdout
+    return f"conditions of {namespace}/{name}:\n{conditions}\nevents:\n{events}\npods:\n{pods}"
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float, what: str,
+             explain: Callable[[], str] = lambda: "") -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}\n{explain()}")
+        time.sleep(0.5)
+
+
+def condition(body: dict[str, Any] | None, type_: str) -> dict[str, Any]:
+    for cond in (body or {}).get("status", {}).get("conditions", []) or []:
+        if cond.get("type") == type_:
+            found: dict[str, Any] = cond
+            return found
+    return {}
+
+
+@pytest.fixture
+def wait_condition(cluster: Cluster) -> Callable[..., dict[str, Any]]:
+    def wait(name: str, namespace: str, type_: str, status: str, reason: str | None = None,
+             timeout: float = 90) -> dict[str, Any]:
+        def check() -> dict[str, Any] | None:
+            body = cluster.get("kk3d", name, namespace)
+            cond = condition(body, type_)
+            if cond.get("status") == status and reason in (None, cond.get("reason")):
+                return body
+            return None
+
+        result: dict[str, Any] = wait_for(
+            check, timeout, f"{type_}={status} ({reason or 'any reason'}) on {name}",
+            lambda: describe(cluster, name, namespace))
+        return result
+
+    return wait
+
+
+def kimi(name: str = "k3", **spec: Any) -> dict[str, Any]:
+    return {"apiVersion": "serving.kimik3.io/v1alpha1", "kind": "KimiK3Deployment",
+            "metadata": {"name": name}, "spec": spec}

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The README's first command: a local control plane with fake GPU nodes, the operator, a
+# sample deployment, and an example the preflight refuses.
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+root="$(cd "$here/.." && pwd)"
+python="${PYTHON:-python3}"
+bin="$(bash "$here/cluster/build-tools.sh" | tail -n 1)"
+export PATH="$bin:$PATH" KUBECONFIG="$root/e2e/.run/kubeconfig"
+ns=kimik3-demo
+
+bash "$here/cluster/up.sh"
+kubectl apply --server-side --force-conflicts -f "$root/manifests/crd/" >/dev/null
+kubectl wait --for condition=established --timeout=60s crd/kimik3deployments.serving.kimik3.io >/dev/null
+kubectl create namespace "$ns" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+
+# The operator runs as a host process here (KWOK runs no containers); in a cluster it is the
+# Deployment of manifests/ or the Helm chart.
+if ! { [[ -f "$root/e2e/.run/operator.pid" ]] && kill -0 "$(cat "$root/e2e/.run/operator.pid")" 2>/dev/null; }; then
+  KIMIK3_RESYNC_SECONDS=5 KIMIK3_HEALTH_ENDPOINT=http://127.0.0.1:18080/healthz \
+    nohup "$python" -m kimik3_operator run > "$root/e2e/.run/operator.log" 2>&1 &
+  echo $! > "$root/e2e/.run/operator.pid"
+fi
+
+kubectl apply -n "$ns" -f "$root/examples/kimi-k3-text-dspark.yaml"
+echo "waiting for kimi-k3 to become Available..."
+kubectl wait -n "$ns" kk3d/kimi-k3 --for=condition=Available --timeout=180s
+echo
+kubectl get -n "$ns" kk3d,lws,pods -o wide
+echo
+kubectl get -n "$ns" kk3d/kimi-k3 -o jsonpath='{range .status.conditions[*]}{.type}={.status} {.reason}: {.message}{"\n"}{end}'
+
+echo
+echo "Now an example the preflight must refuse (vLLM 0.27.1 lacks SupportsEagle3 for the text-only class):"
+kubectl apply -n "$ns" -f "$root/examples/kimi-k3-text-dspark-old-vllm.yaml"
+kubectl wait -n "$ns" kk3d/kimi-k3-old --for=condition=CapabilitiesVerified=False --timeout=60s >/dev/null || true
+kubectl get -n "$ns" kk3d/kimi-k3-old -o jsonpath='{range .status.conditions[*]}{.type}={.status} {.reason}: {.message}{"\n"}{end}'
+echo "LeaderWorkerSets for kimi-k3-old: $(kubectl get -n "$ns" lws kimi-k3-old --no-headers 2>/dev/null | wc -l)"
+
+cat <<MSG
+
+The cluster stays up. Reach it with:
+  export PATH=$bin:\$PATH KUBECONFIG=$root/e2e/.run/kubeconfig
+  kubectl get kk3d -A
+Tear it down (and stop the operator) with:
+  make cluster-down
+MSG

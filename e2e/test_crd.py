@@ -1,0 +1,69 @@
+"""The CRD on the real API server: accepted, documented, and rejecting bad specs at apply."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from e2e.conftest import Cluster, kimi
+
+BAD_SPECS: list[tuple[str, dict[str, Any], str]] = [
+    ("tp-not-whole-nodes", {"parallelism": {"tensor": 12}},
+     "parallelism.tensor x parallelism.pipeline = 12 GPUs"),
+    ("draft-tp", {"drafter": {"draftTensorParallelSize": 4}},
+     "drafter.draftTensorParallelSize=4 must be 1 or parallelism.tensor (16)"),
+    ("none-with-repo", {"drafter": {"method": "none", "repo": "a/b"}},
+     "drafter.repo is set while drafter.method is none"),
+    ("pvc-without-claim", {"model": {"source": {"pvc": {"path": "x"}}}},
+     "spec.model.source.pvc.claimName: Required value"),
+    ("two-sources", {"model": {"source": {"huggingFace": {}, "pvc": {"claimName": "w"}}}},
+     "model.source names both huggingFace and pvc"),
+    ("owned-flag", {"engine": {"extraArgs": ["--tensor-parallel-size=8"]}},
+     "engine.extraArgs sets a flag the operator generates"),
+    ("owned-flag-separate", {"engine": {"extraArgs": ["--speculative-config", "{}"]}},
+     "engine.extraArgs sets a flag the operator generates"),
+    ("bad-method", {"drafter": {"method": "medusa"}},
+     'spec.drafter.method: Unsupported value: "medusa"'),
+    ("bad-architecture", {"model": {"architecture": "LlamaForCausalLM"}},
+     'spec.model.architecture: Unsupported value: "LlamaForCausalLM"'),
+    ("zero-tp", {"parallelism": {"tensor": 0}},
+     "spec.parallelism.tensor: Invalid value: 0: spec.parallelism.tensor in body should be "
+     "greater than or equal to 1"),
+    ("memory-fraction", {"engine": {"gpuMemoryUtilization": 1.5}},
+     "spec.engine.gpuMemoryUtilization: Invalid value"),
+    ("bad-mode", {"preflight": {"mode": "Maybe"}}, 'spec.preflight.mode: Unsupported value'),
+    ("negative-replicas", {"replicas": -1}, "spec.replicas: Invalid value: -1"),
+    ("bad-version", {"engine": {"version": "latest"}}, "spec.engine.version: Invalid value"),
+    ("spec-tokens", {"drafter": {"numSpeculativeTokens": 0}},
+     "spec.drafter.numSpeculativeTokens: Invalid value: 0"),
+]
+
+
+@pytest.mark.parametrize(("case", "spec", "error"), BAD_SPECS, ids=[b[0] for b in BAD_SPECS])
+def test_bad_spec_is_rejected_at_apply_naming_the_field(
+    cluster: Cluster, namespace: str, case: str, spec: dict[str, Any], error: str
+) -> None:
+    result = cluster.apply(kimi(case, **spec), namespace, check=False)
+    assert result.returncode != 0, f"{case} was accepted"
+    assert error in result.stderr, result.stderr
+
+
+def test_defaults_are_applied_by_the_api_server(cluster: Cluster, namespace: str) -> None:
+    cluster.apply(kimi("defaults"), namespace)
+    body = cluster.get("kk3d", "defaults", namespace)
+    assert body is not None
+    spec = body["spec"]
+    assert spec["parallelism"] == {"tensor": 16, "pipeline": 1, "decodeContext": 1,
+                                   "expert": False}
+    assert spec["drafter"]["method"] == "dspark"
+    assert spec["model"]["source"] == {"huggingFace": {}}
+    assert spec["preflight"] == {"mode": "Enforce", "probe": True}
+
+
+def test_explain_documents_the_fields(cluster: Cluster) -> None:
+    out = cluster.kubectl("explain", "kimik3deployment.spec.drafter").stdout
+    assert "pairs the target with its known DSpark drafter" in out
+    assert "numSpeculativeTokens" in out
+    short = cluster.kubectl("explain", "kk3d.spec.parallelism.tensor").stdout
+    assert "must divide the 96 attention heads" in short

@@ -1,0 +1,207 @@
+"""A KimiK3Deployment through its life on the real control plane.
+
+The LWS controller, StatefulSet controller, scheduler and garbage collector are real; KWOK
+stands in for the GPU nodes' kubelets and marks scheduled pods Running and Ready.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from e2e.conftest import Cluster, OperatorProcess, condition, describe, kimi, wait_for
+
+LWS_GROUP_LABEL = "leaderworkerset.sigs.k8s.io/group-index"
+SMALL = {"drafter": {"method": "dspark"}, "engine": {"image": "vllm/vllm-openai:v0.33.0"}}
+
+
+def pods_of(cluster: Cluster, namespace: str, name: str) -> list[dict[str, Any]]:
+    return cluster.items("pods", namespace, f"app.kubernetes.io/instance={name}")
+
+
+def node_gpus(cluster: Cluster) -> dict[str, tuple[int, str]]:
+    nodes = json.loads(cluster.kubectl("get", "nodes", "-o", "json").stdout)["items"]
+    return {n["metadata"]["name"]: (int(n["status"]["allocatable"].get("nvidia.com/gpu", 0)),
+                                    n["metadata"]["labels"].get("topology.kimik3.io/domain", ""))
+            for n in nodes}
+
+
+def test_text_dspark_becomes_an_available_two_node_group(
+    cluster: Cluster, namespace: str, operator: OperatorProcess,
+    wait_condition: Callable[..., dict[str, Any]],
+) -> None:
+    cluster.apply(kimi("k3", **SMALL), namespace)
+    body = wait_condition("k3", namespace, "Available", "True", "Available", timeout=120)
+    status = body["status"]
+    assert status["readyReplicas"] == 1
+    assert status["replicas"] == 1
+    assert status["nodesPerReplica"] == 2
+    assert status["gpusPerReplica"] == 16
+    assert status["endpoint"] == f"http://k3.{namespace}.svc:8000"
+    assert condition(body, "Degraded")["status"] == "False"
+    assert condition(body, "Progressing")["status"] == "False"
+
+    lws = cluster.get("lws", "k3", namespace)
+    assert lws is not None
+    assert lws["spec"]["leaderWorkerTemplate"]["size"] == 2
+    assert lws["metadata"]["ownerReferences"][0]["kind"] == "KimiK3Deployment"
+    statefulsets = cluster.items("statefulsets", namespace)
+    assert len(statefulsets) == 2  # the leaders' and group 0's workers'
+
+    pods = pods_of(cluster, namespace, "k3")
+    assert len(pods) == 2
+    nodes = {p["spec"]["nodeName"] for p in pods}
+    assert len(nodes) == 2, "each pod of the group on its own node"
+    gpus = node_gpus(cluster)
+    for pod in pods:
+        assert gpus[pod["spec"]["nodeName"]][0] == 8
+        limits = pod["spec"]["containers"][0]["resources"]["limits"]
+        assert limits["nvidia.com/gpu"] == "8"
+    leader = next(p for p in pods if p["metadata"]["labels"]["app.kubernetes.io/component"]
+                  == "leader")
+    env = {e["name"]: e.get("value") for e in leader["spec"]["containers"][0]["env"]}
+    assert env.get("LWS_GROUP_SIZE") == "2", "the LWS pod webhook injected its variables"
+
+    svc = cluster.get("service", "k3", namespace)
+    assert svc is not None
+    assert svc["spec"]["selector"]["app.kubernetes.io/component"] == "leader"
+    assert cluster.get("podmonitor", "k3", namespace) is not None
+
+    table = cluster.kubectl("get", "kk3d", "-n", namespace).stdout.splitlines()
+    assert table[0].split() == ["NAME", "READY", "REPLICAS", "TP", "NODES", "DRAFTER", "ACCEPT",
+                                "REASON", "AGE"]
+    assert table[1].split()[:7] == ["k3", "True", "1", "16", "2", "dspark", "Available"]
+
+
+def test_group_stays_in_one_topology_domain(
+    cluster: Cluster, namespace: str, operator: OperatorProcess,
+    wait_condition: Callable[..., dict[str, Any]],
+) -> None:
+    spec = {**SMALL, "placement": {"topologyKey": "topology.kimik3.io/domain"}}
+    cluster.apply(kimi("topo", **spec), namespace)
+    wait_condition("topo", namespace, "Available", "True", timeout=120)
+    gpus = node_gpus(cluster)
+    domains = {gpus[p["spec"]["nodeName"]][1] for p in pods_of(cluster, namespace, "topo")}
+    assert len(domains) == 1
+
+
+def test_too_many_gpus_is_degraded_with_the_numbers(
+    cluster: Cluster, namespace: str, operator: OperatorProcess,
+    wait_condition: Callable[..., dict[str, Any]],
+) -> None:
+    cluster.apply(kimi("big", replicas=3, **SMALL), namespace)
+    body = wait_condition("big", namespace, "Degraded", "True", "InsufficientGPUs", timeout=120)
+    message = condition(body, "Degraded")["message"]
+    assert "asks for 8 nvidia.com/gpu" in message
+    assert "need 48 nvidia.com/gpu" in message
+    assert "32 allocatable" in message
+    assert condition(body, "Progressing")["status"] == "True"
+    pending = [p for p in pods_of(cluster, namespace, "big") if p["status"]["phase"] == "Pending"]
+    assert pending
+    events = cluster.kubectl("get", "events", "-n", namespace,
+                             "--field-selector", "reason=InsufficientGPUs").stdout
+    assert "InsufficientGPUs" in events
+
+
+def test_scaling_adds_and_removes_groups(
+    cluster: Cluster, namespace: str, operator: OperatorProcess,
+    wait_condition: Callable[..., dict[str, Any]],
+) -> None:
+    spec = {**SMALL, "parallelism": {"tensor": 8}}
+    cluster.apply(kimi("scale", **spec), namespace)
+    wait_condition("scale", namespace, "Available", "True", "Available", timeout=120)
+    cluster.kubectl("patch", "kk3d", "scale", "-n", namespace, "--type=merge",
+                    "-p", '{"spec":{"replicas":3}}')
+
+    def ready(n: int) -> Callable[[], bool]:
+        def check() -> bool:
+            body = cluster.get("kk3d", "scale", namespace) or {}
+            groups = {p["metadata"]["labels"].get(LWS_GROUP_LABEL)
+                      for p in pods_of(cluster, namespace, "scale")
+                      if not p["metadata"].get("deletionTimestamp")}
+            return bool(body.get("status", {}).get("readyReplicas") == n and len(groups) == n
+                        and condition(body, "Available").get("reason") == "Available")
+        return check
+
+    wait_for(ready(3), 120, "3 ready groups", lambda: describe(cluster, "scale", namespace))
+    cluster.kubectl("scale", "kk3d", "scale", "-n", namespace, "--replicas=1")
+    wait_for(ready(1), 120, "1 ready group", lambda: describe(cluster, "scale", namespace))
+    lws = cluster.get("lws", "scale", namespace)
+    assert lws is not None and lws["spec"]["replicas"] == 1
+
+
+def test_changing_the_image_rolls_the_groups(
+    cluster: Cluster, namespace: str, operator: OperatorProcess,
+    wait_condition: Callable[..., dict[str, Any]],
+) -> None:
+    spec = {**SMALL, "replicas": 2, "parallelism": {"tensor": 8}}
+    cluster.apply(kimi("roll", **spec), namespace)
+    wait_condition("roll", namespace, "Available", "True", "Available", timeout=120)
+    new_image = "vllm/vllm-openai:v0.34.0"
+    cluster.kubectl("patch", "kk3d", "roll", "-n", namespace, "--type=merge",
+                    "-p", json.dumps({"spec": {"engine": {"image": new_image}}}))
+    lws = cluster.get("lws", "roll", namespace)
+    assert lws is not None
+    assert lws["spec"]["rolloutStrategy"]["rollingUpdateConfiguration"] == {
+        "maxSurge": 0, "maxUnavailable": 1}
+    worst_ready = [2]
+
+    def rolled() -> bool:
+        pods = [p for p in pods_of(cluster, namespace, "roll")
+                if not p["metadata"].get("deletionTimestamp")]
+        ready = sum(1 for p in pods if any(
+            c["type"] == "Ready" and c["status"] == "True"
+            for c in p["status"].get("conditions", [])))
+        worst_ready[0] = min(worst_ready[0], ready)
+        images = {p["spec"]["containers"][0]["image"] for p in pods}
+        return images == {new_image} and ready == 2
+
+    wait_for(rolled, 180, "every group on the new image",
+             lambda: describe(cluster, "roll", namespace))
+    assert worst_ready[0] >= 1, "maxUnavailable=1 keeps one of two groups serving"
+    wait_condition("roll", namespace, "Available", "True", "Available", timeout=60)
+
+
+def test_deleting_the_resource_removes_every_child(
+    cluster: Cluster, namespace: str, operator: OperatorProcess,
+    wait_condition: Callable[..., dict[str, Any]],
+) -> None:
+    cluster.apply(kimi("gone", **SMALL), namespace)
+    wait_condition("gone", namespace, "Available", "True", timeout=120)
+    cluster.kubectl("delete", "kk3d", "gone", "-n", namespace, "--wait=true")
+
+    def all_gone() -> bool:
+        return (cluster.get("lws", "gone", namespace) is None
+                and cluster.get("service", "gone", namespace) is None
+                and cluster.get("podmonitor", "gone", namespace) is None
+                and not cluster.items("statefulsets", namespace)
+                and not pods_of(cluster, namespace, "gone"))
+
+    wait_for(all_gone, 120, "garbage collection of every child")
+
+
+def test_restarted_operator_leaves_unchanged_children_alone(
+    cluster: Cluster, namespace: str, operator: OperatorProcess,
+    wait_condition: Callable[..., dict[str, Any]],
+) -> None:
+    cluster.apply(kimi("steady", **SMALL), namespace)
+    wait_condition("steady", namespace, "Available", "True", "Available", timeout=120)
+
+    def versions() -> dict[str, str]:
+        out = {}
+        for kind in ("lws", "service", "podmonitor", "kk3d"):
+            obj = cluster.get(kind, "steady", namespace)
+            assert obj is not None
+            out[kind] = obj["metadata"]["resourceVersion"]
+        return out
+
+    import time
+
+    time.sleep(6)  # let one resync pass after Available
+    before = versions()
+    operator.stop()
+    operator.start()
+    time.sleep(12)  # the resume handlers and two resync ticks
+    assert versions() == before
+    assert "Traceback" not in operator.log.read_text()

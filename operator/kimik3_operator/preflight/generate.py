@@ -1,0 +1,266 @@
+"""Generates the capability table from the released vLLM wheels, reading their source
+statically (no vLLM import, no GPU): ``python -m kimik3_operator.preflight.generate``.
+
+For each release it records which Kimi-K3 architectures the registry maps to the Kimi-K3
+package, and for each architecture and platform which protocols its class declares, whether
+the inner decoder carries the EAGLE3 machinery and can pass aux hidden states over pipeline
+stages, where the drafters are implemented, and which parallelism DSpark refuses.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import hashlib
+import json
+import pathlib
+import subprocess
+import sys
+import zipfile
+from collections.abc import Iterable
+from typing import Any, Final
+
+TARGET_ARCHITECTURES: Final = (
+    "KimiLinearForCausalLM",
+    "KimiK3ForConditionalGeneration",
+    "KimiK31ForConditionalGeneration",
+)
+DRAFTER_ARCHITECTURES: Final = ("K3DSparkModel", "KimiK3MTPModel")
+PROTOCOLS: Final = {
+    "SupportsEagle3": "supportsEagle3",
+    "SupportsPP": "supportsPipelineParallel",
+    "IsHybrid": "isHybrid",
+    "SupportsMultiModal": "multimodal",
+}
+K3_PACKAGE: Final = "vllm.models.kimi_k3"
+RELEASES: Final = (
+    "0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0", "0.34.0",
+)
+DSPARK_PP_REFUSAL: Final = "DSpark does not support pipeline parallelism"
+DSPARK_DCP_REFUSAL: Final = "MLA DSpark does not currently support decode context"
+TABLE_PATH: Final = pathlib.Path(__file__).resolve().parents[1] / "data" / "capabilities.json"
+
+
+class Wheel:
+    def __init__(self, path: pathlib.Path) -> None:
+        self.path = path
+        self._zip = zipfile.ZipFile(path)
+        self._names = set(self._zip.namelist())
+
+    def read(self, name: str) -> str | None:
+        return self._zip.read(name).decode("utf-8") if name in self._names else None
+
+    def sha256(self) -> str:
+        digest = hashlib.sha256()
+        with open(self.path, "rb") as file:
+            for block in iter(lambda: file.read(1 << 20), b""):
+                digest.update(block)
+        return digest.hexdigest()
+
+
+def registry_entries(source: str) -> dict[str, tuple[str, str]]:
+    """Architecture -> (module, class) for the architectures the table tracks."""
+    wanted = set(TARGET_ARCHITECTURES) | set(DRAFTER_ARCHITECTURES)
+    found: dict[str, tuple[str, str]] = {}
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Dict):
+            continue
+        for key, value in zip(node.keys, node.values, strict=True):
+            if (isinstance(key, ast.Constant) and key.value in wanted
+                    and isinstance(value, ast.Tuple) and len(value.elts) == 2
+                    and all(isinstance(e, ast.Constant) for e in value.elts)):
+                module, cls = (e.value for e in value.elts)  # type: ignore[attr-defined]
+                found[str(key.value)] = (str(module), str(cls))
+    return found
+
+
+def module_file(module: str, package: bool = False) -> str:
+    """vllm.models.kimi_k3.amd.linear -> vllm/models/kimi_k3/amd/linear.py; a package's
+    file is its __init__.py."""
+    if not module.startswith("vllm."):
+        module = f"vllm.model_executor.models.{module}"
+    path = module.replace(".", "/")
+    return f"{path}/__init__.py" if package else f"{path}.py"
+
+
+def platform_imports(init_source: str, package: str) -> dict[str, dict[str, str]]:
+    """Per platform, the module file each public class is imported from in the package's
+    __init__: the ROCm branch is amd; the final else (CUDA, and CPU) is nvidia."""
+    result: dict[str, dict[str, str]] = {}
+
+    def imports(body: Iterable[ast.stmt]) -> dict[str, str]:
+        out = {}
+        for stmt in body:
+            if isinstance(stmt, ast.ImportFrom) and stmt.level == 1 and stmt.module:
+                for alias in stmt.names:
+                    out[alias.asname or alias.name] = module_file(f"{package}.{stmt.module}")
+        return out
+
+    for node in ast.parse(init_source).body:
+        if not isinstance(node, ast.If):
+            continue
+        branch: ast.If | None = node
+        while branch is not None:
+            test = ast.unparse(branch.test)
+            if "is_rocm" in test:
+                result["amd"] = imports(branch.body)
+            orelse = branch.orelse
+            if len(orelse) == 1 and isinstance(orelse[0], ast.If):
+                branch = orelse[0]
+            else:
+                if orelse:
+                    result["nvidia"] = imports(orelse)
+                branch = None
+    return result
+
+
+def _base_names(cls: ast.ClassDef) -> list[str]:
+    names = []
+    for base in cls.bases:
+        if isinstance(base, ast.Name):
+            names.append(base.id)
+        elif isinstance(base, ast.Attribute):
+            names.append(base.attr)
+    return names
+
+
+def _find_class(tree: ast.Module, name: str) -> ast.ClassDef | None:
+    return next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == name), None)
+
+
+def _inner_model_class(cls: ast.ClassDef) -> str | None:
+    """The class assigned to ``self.model`` in __init__ (the inner decoder)."""
+    for node in ast.walk(cls):
+        if (isinstance(node, ast.Assign) and len(node.targets) == 1
+                and ast.unparse(node.targets[0]) == "self.model"
+                and isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Name)):
+            return node.value.func.id
+    return None
+
+
+def _sets_true(cls: ast.ClassDef, attribute: str) -> bool:
+    for stmt in cls.body:
+        targets = stmt.targets if isinstance(stmt, ast.Assign) else (
+            [stmt.target] if isinstance(stmt, ast.AnnAssign) else [])
+        for target in targets:
+            value = getattr(stmt, "value", None)
+            if (isinstance(target, ast.Name) and target.id == attribute
+                    and isinstance(value, ast.Constant) and value.value is True):
+                return True
+    return False
+
+
+def class_capabilities(wheel: Wheel, file: str, name: str) -> dict[str, Any]:
+    source = wheel.read(file)
+    if source is None:
+        return {"module": file, "class": name, "found": False}
+    tree = ast.parse(source)
+    cls = _find_class(tree, name)
+    if cls is None:
+        return {"module": file, "class": name, "found": False}
+    bases = set(_base_names(cls))
+    info: dict[str, Any] = {"module": file, "class": name, "found": True}
+    info.update({field: protocol in bases for protocol, field in PROTOCOLS.items()})
+    inner_name = _inner_model_class(cls)
+    inner = _find_class(tree, inner_name) if inner_name else None
+    info["innerModel"] = inner_name
+    info["innerEagleMixin"] = inner is not None and "EagleModelMixin" in _base_names(inner)
+    info["innerAuxHiddenStatesOverPP"] = inner is not None and _sets_true(
+        inner, "supports_aux_hidden_states_over_pp")
+    return info
+
+
+def release_capabilities(wheel: Wheel) -> dict[str, Any]:
+    registry = wheel.read("vllm/model_executor/models/registry.py") or ""
+    entries = registry_entries(registry)
+    k3_init = wheel.read(module_file(K3_PACKAGE, package=True)) or ""
+    per_platform = platform_imports(k3_init, K3_PACKAGE) if k3_init else {}
+    architectures: dict[str, Any] = {}
+    for arch in TARGET_ARCHITECTURES:
+        if arch not in entries:
+            continue
+        module, cls = entries[arch]
+        serves_k3 = module == K3_PACKAGE or module.startswith(K3_PACKAGE + ".")
+        platforms = {}
+        if serves_k3:
+            for platform in ("nvidia", "amd"):
+                file = per_platform.get(platform, {}).get(cls) if module == K3_PACKAGE else (
+                    module_file(module))
+                if file is not None:
+                    caps = class_capabilities(wheel, file, cls)
+                    text = per_platform.get(platform, {}).get("KimiLinearForCausalLM")
+                    if caps.get("multimodal") and text is not None:
+                        # The multimodal class runs the registered text class inside it.
+                        text_caps = class_capabilities(wheel, text, "KimiLinearForCausalLM")
+                        caps["innerModel"] = text_caps["innerModel"]
+                        caps["innerEagleMixin"] = text_caps["innerEagleMixin"]
+                        caps["innerAuxHiddenStatesOverPP"] = text_caps[
+                            "innerAuxHiddenStatesOverPP"]
+                    platforms[platform] = caps
+        architectures[arch] = {"registeredAs": [module, cls], "servesKimiK3": serves_k3,
+                               "platforms": platforms}
+    drafters: dict[str, Any] = {}
+    for arch in DRAFTER_ARCHITECTURES:
+        if arch not in entries:
+            continue
+        module, cls = entries[arch]
+        if module == K3_PACKAGE:
+            platforms_list = sorted(p for p, names in per_platform.items() if cls in names)
+        else:
+            platforms_list = [p for p in ("nvidia", "amd") if f".{p}." in module + "."] or [
+                "nvidia", "amd"]
+        drafters[arch] = {"registeredAs": [module, cls], "platforms": platforms_list}
+    dspark_utils = wheel.read("vllm/v1/worker/gpu/spec_decode/dspark/utils.py") or ""
+    speculative = wheel.read("vllm/config/speculative.py") or ""
+    eagle3_utils = wheel.read("vllm/v1/worker/gpu/spec_decode/eagle/eagle3_utils.py") or ""
+    return {
+        "wheel": wheel.path.name,
+        "sha256": wheel.sha256(),
+        "architectures": architectures,
+        "drafters": drafters,
+        "dspark": {
+            "refusesPipelineParallel": DSPARK_PP_REFUSAL in dspark_utils,
+            "refusesDecodeContextParallel": DSPARK_DCP_REFUSAL in speculative,
+        },
+        "checksAuxHiddenStatesOverPP": "def verify_supports_aux_hidden_states_over_pp"
+        in eagle3_utils,
+    }
+
+
+def download(version: str, directory: pathlib.Path) -> pathlib.Path:
+    found = sorted(directory.glob(f"vllm-{version}-*.whl"))
+    if found:
+        return found[0]
+    subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps",
+                    "--only-binary=:all:", f"vllm=={version}", "-d", str(directory)],
+                   check=True)
+    return sorted(directory.glob(f"vllm-{version}-*.whl"))[0]
+
+
+def generate(versions: Iterable[str], directory: pathlib.Path) -> dict[str, Any]:
+    directory.mkdir(parents=True, exist_ok=True)
+    releases = {v: release_capabilities(Wheel(download(v, directory))) for v in versions}
+    return {
+        "schema": 1,
+        "generatedBy": "python -m kimik3_operator.preflight.generate",
+        "firstKimiK3Release": RELEASES[0],
+        "releases": releases,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--wheels", type=pathlib.Path,
+                        default=pathlib.Path.home() / ".cache" / "kimik3-operator" / "wheels")
+    parser.add_argument("--output", type=pathlib.Path, default=TABLE_PATH)
+    parser.add_argument("versions", nargs="*", default=list(RELEASES))
+    args = parser.parse_args(argv)
+    table = generate(args.versions, args.wheels)
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
+    print(f"wrote {args.output} ({', '.join(table['releases'])})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
