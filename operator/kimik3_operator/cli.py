@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import json
+import pathlib
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -51,6 +53,44 @@ def _cmd_render(args: argparse.Namespace) -> int:
     return 0
 
 
+def _read_config(directory: str | None) -> dict[str, Any] | None:
+    if directory is None:
+        return None
+    path = pathlib.Path(directory)
+    path = path / "config.json" if path.is_dir() else path
+    loaded: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    return loaded
+
+
+def _cmd_preflight(args: argparse.Namespace) -> int:
+    from kimik3_operator.preflight.facts import drafter_facts, target_facts
+    from kimik3_operator.preflight.report import report
+    from kimik3_operator.preflight.rules import Facts, run_rules
+    from kimik3_operator.preflight.table import load_table
+
+    try:
+        resource = load_resource(args.file)
+        spec = parse_spec(resource.get("spec"))
+        model_config = _read_config(args.model_config)
+        drafter_config = _read_config(args.drafter_config)
+    except (OSError, ValueError, yaml.YAMLError) as exc:
+        print(f"kimik3 preflight: unusable input: {exc}", file=sys.stderr)
+        return 1
+    facts = Facts(
+        load_table(),
+        target=target_facts(model_config, f"{args.model_config}/config.json"),
+        drafter=drafter_facts(drafter_config, f"{args.drafter_config}/config.json"),
+    )
+    result = report(run_rules(spec, facts))
+    if args.output == "json":
+        print(json.dumps(result, indent=2))
+    else:
+        print(f"verdict: {result['verdict']}")
+        for check in result["checks"]:
+            print(f"  {check['status']:<7} {check['id']:<22} {check['reason']}: {check['message']}")
+    return {"Pass": 0, "Fail": 2, "NeedsProbe": 3}[result["verdict"]]
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     import kopf
 
@@ -80,6 +120,15 @@ def build_parser() -> argparse.ArgumentParser:
     rend = sub.add_parser("render", help="print the children the operator would apply")
     rend.add_argument("-f", "--file", required=True, help="a KimiK3Deployment YAML ('-': stdin)")
     rend.set_defaults(func=_cmd_render)
+    pre = sub.add_parser(
+        "preflight",
+        help="check offline whether a resource can start (exit 0 pass, 2 fail, 3 needs probe)",
+    )
+    pre.add_argument("-f", "--file", required=True, help="a KimiK3Deployment YAML ('-': stdin)")
+    pre.add_argument("--model-config", help="the target's config.json, or its directory")
+    pre.add_argument("--drafter-config", help="the drafter's config.json, or its directory")
+    pre.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    pre.set_defaults(func=_cmd_preflight)
     return parser
 
 

@@ -6,7 +6,6 @@ the operator checks them again for resources stored before the schema had them.
 
 from __future__ import annotations
 
-from kimik3_operator.api.constants import OWNED_FLAGS
 from kimik3_operator.api.spec import KimiK3DeploymentSpec, SpecError
 
 
@@ -83,17 +82,6 @@ def errors(spec: KimiK3DeploymentSpec) -> list[SpecError]:
                 "set claimName to the PersistentVolumeClaim holding the weights",
             )
         )
-    for i, arg in enumerate(spec.engine.extra_args):
-        flag = arg.split("=", 1)[0]
-        if flag in OWNED_FLAGS:
-            found.append(
-                SpecError(
-                    f"spec.engine.extraArgs[{i}]",
-                    arg,
-                    "sets a flag the operator generates from the spec",
-                    "use the matching spec field instead (parallelism, model, drafter, engine)",
-                )
-            )
     return found
 
 

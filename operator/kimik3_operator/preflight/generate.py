@@ -34,7 +34,14 @@ PROTOCOLS: Final = {
 }
 K3_PACKAGE: Final = "vllm.models.kimi_k3"
 RELEASES: Final = (
-    "0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0", "0.34.0",
+    "0.27.1",
+    "0.28.0",
+    "0.29.0",
+    "0.30.0",
+    "0.31.0",
+    "0.32.0",
+    "0.33.0",
+    "0.34.0",
 )
 DSPARK_PP_REFUSAL: Final = "DSpark does not support pipeline parallelism"
 DSPARK_DCP_REFUSAL: Final = "MLA DSpark does not currently support decode context"
@@ -66,9 +73,13 @@ def registry_entries(source: str) -> dict[str, tuple[str, str]]:
         if not isinstance(node, ast.Dict):
             continue
         for key, value in zip(node.keys, node.values, strict=True):
-            if (isinstance(key, ast.Constant) and key.value in wanted
-                    and isinstance(value, ast.Tuple) and len(value.elts) == 2
-                    and all(isinstance(e, ast.Constant) for e in value.elts)):
+            if (
+                isinstance(key, ast.Constant)
+                and key.value in wanted
+                and isinstance(value, ast.Tuple)
+                and len(value.elts) == 2
+                and all(isinstance(e, ast.Constant) for e in value.elts)
+            ):
                 module, cls = (e.value for e in value.elts)  # type: ignore[attr-defined]
                 found[str(key.value)] = (str(module), str(cls))
     return found
@@ -131,21 +142,32 @@ def _find_class(tree: ast.Module, name: str) -> ast.ClassDef | None:
 def _inner_model_class(cls: ast.ClassDef) -> str | None:
     """The class assigned to ``self.model`` in __init__ (the inner decoder)."""
     for node in ast.walk(cls):
-        if (isinstance(node, ast.Assign) and len(node.targets) == 1
-                and ast.unparse(node.targets[0]) == "self.model"
-                and isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Name)):
+        if (
+            isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and ast.unparse(node.targets[0]) == "self.model"
+            and isinstance(node.value, ast.Call)
+            and isinstance(node.value.func, ast.Name)
+        ):
             return node.value.func.id
     return None
 
 
 def _sets_true(cls: ast.ClassDef, attribute: str) -> bool:
     for stmt in cls.body:
-        targets = stmt.targets if isinstance(stmt, ast.Assign) else (
-            [stmt.target] if isinstance(stmt, ast.AnnAssign) else [])
+        targets = (
+            stmt.targets
+            if isinstance(stmt, ast.Assign)
+            else ([stmt.target] if isinstance(stmt, ast.AnnAssign) else [])
+        )
         for target in targets:
             value = getattr(stmt, "value", None)
-            if (isinstance(target, ast.Name) and target.id == attribute
-                    and isinstance(value, ast.Constant) and value.value is True):
+            if (
+                isinstance(target, ast.Name)
+                and target.id == attribute
+                and isinstance(value, ast.Constant)
+                and value.value is True
+            ):
                 return True
     return False
 
@@ -166,7 +188,8 @@ def class_capabilities(wheel: Wheel, file: str, name: str) -> dict[str, Any]:
     info["innerModel"] = inner_name
     info["innerEagleMixin"] = inner is not None and "EagleModelMixin" in _base_names(inner)
     info["innerAuxHiddenStatesOverPP"] = inner is not None and _sets_true(
-        inner, "supports_aux_hidden_states_over_pp")
+        inner, "supports_aux_hidden_states_over_pp"
+    )
     return info
 
 
@@ -184,8 +207,11 @@ def release_capabilities(wheel: Wheel) -> dict[str, Any]:
         platforms = {}
         if serves_k3:
             for platform in ("nvidia", "amd"):
-                file = per_platform.get(platform, {}).get(cls) if module == K3_PACKAGE else (
-                    module_file(module))
+                file = (
+                    per_platform.get(platform, {}).get(cls)
+                    if module == K3_PACKAGE
+                    else (module_file(module))
+                )
                 if file is not None:
                     caps = class_capabilities(wheel, file, cls)
                     text = per_platform.get(platform, {}).get("KimiLinearForCausalLM")
@@ -194,11 +220,13 @@ def release_capabilities(wheel: Wheel) -> dict[str, Any]:
                         text_caps = class_capabilities(wheel, text, "KimiLinearForCausalLM")
                         caps["innerModel"] = text_caps["innerModel"]
                         caps["innerEagleMixin"] = text_caps["innerEagleMixin"]
-                        caps["innerAuxHiddenStatesOverPP"] = text_caps[
-                            "innerAuxHiddenStatesOverPP"]
+                        caps["innerAuxHiddenStatesOverPP"] = text_caps["innerAuxHiddenStatesOverPP"]
                     platforms[platform] = caps
-        architectures[arch] = {"registeredAs": [module, cls], "servesKimiK3": serves_k3,
-                               "platforms": platforms}
+        architectures[arch] = {
+            "registeredAs": [module, cls],
+            "servesKimiK3": serves_k3,
+            "platforms": platforms,
+        }
     drafters: dict[str, Any] = {}
     for arch in DRAFTER_ARCHITECTURES:
         if arch not in entries:
@@ -208,7 +236,9 @@ def release_capabilities(wheel: Wheel) -> dict[str, Any]:
             platforms_list = sorted(p for p, names in per_platform.items() if cls in names)
         else:
             platforms_list = [p for p in ("nvidia", "amd") if f".{p}." in module + "."] or [
-                "nvidia", "amd"]
+                "nvidia",
+                "amd",
+            ]
         drafters[arch] = {"registeredAs": [module, cls], "platforms": platforms_list}
     dspark_utils = wheel.read("vllm/v1/worker/gpu/spec_decode/dspark/utils.py") or ""
     speculative = wheel.read("vllm/config/speculative.py") or ""
@@ -231,9 +261,21 @@ def download(version: str, directory: pathlib.Path) -> pathlib.Path:
     found = sorted(directory.glob(f"vllm-{version}-*.whl"))
     if found:
         return found[0]
-    subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps",
-                    "--only-binary=:all:", f"vllm=={version}", "-d", str(directory)],
-                   check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "-q",
+            "--no-deps",
+            "--only-binary=:all:",
+            f"vllm=={version}",
+            "-d",
+            str(directory),
+        ],
+        check=True,
+    )
     return sorted(directory.glob(f"vllm-{version}-*.whl"))[0]
 
 
@@ -250,8 +292,11 @@ def generate(versions: Iterable[str], directory: pathlib.Path) -> dict[str, Any]
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--wheels", type=pathlib.Path,
-                        default=pathlib.Path.home() / ".cache" / "kimik3-operator" / "wheels")
+    parser.add_argument(
+        "--wheels",
+        type=pathlib.Path,
+        default=pathlib.Path.home() / ".cache" / "kimik3-operator" / "wheels",
+    )
     parser.add_argument("--output", type=pathlib.Path, default=TABLE_PATH)
     parser.add_argument("versions", nargs="*", default=list(RELEASES))
     args = parser.parse_args(argv)

@@ -1,0 +1,66 @@
+"""What the preflight knows about the target and drafter checkpoints (their config.json)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+# Kimi-K3's published shape, used when no config.json is at hand.
+KIMI_K3_HEADS = 96
+KIMI_K3_EXPERTS = 896
+KIMI_K3_VOCAB = 163840
+
+
+@dataclass(frozen=True)
+class TargetFacts:
+    attention_heads: int = KIMI_K3_HEADS
+    experts: int = KIMI_K3_EXPERTS
+    vocab_size: int = KIMI_K3_VOCAB
+    hidden_layers: int | None = None
+    source: str = "Kimi-K3 defaults"
+
+
+@dataclass(frozen=True)
+class DrafterFacts:
+    architectures: tuple[str, ...]
+    vocab_size: int | None
+    draft_vocab_size: int | None
+    n_predict: int | None
+    target_layer_ids: tuple[int, ...] | None
+    num_target_layers: int | None
+    source: str
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def target_facts(config: Mapping[str, Any] | None, source: str = "config.json") -> TargetFacts:
+    if not config:
+        return TargetFacts()
+    text = config.get("text_config") or config
+    return TargetFacts(
+        attention_heads=_int(text.get("num_attention_heads")) or KIMI_K3_HEADS,
+        experts=_int(text.get("num_experts")) or KIMI_K3_EXPERTS,
+        vocab_size=_int(text.get("vocab_size")) or _int(config.get("vocab_size")) or KIMI_K3_VOCAB,
+        hidden_layers=_int(text.get("num_hidden_layers")),
+        source=source,
+    )
+
+
+def drafter_facts(
+    config: Mapping[str, Any] | None, source: str = "config.json"
+) -> DrafterFacts | None:
+    if not config:
+        return None
+    layer_ids = config.get("target_layer_ids")
+    return DrafterFacts(
+        architectures=tuple(str(a) for a in config.get("architectures", []) or []),
+        vocab_size=_int(config.get("vocab_size")),
+        draft_vocab_size=_int(config.get("draft_vocab_size")),
+        n_predict=_int(config.get("n_predict")),
+        target_layer_ids=tuple(int(i) for i in layer_ids) if isinstance(layer_ids, list) else None,
+        num_target_layers=_int(config.get("num_target_layers")),
+        source=source,
+    )

@@ -1,0 +1,566 @@
+"""The preflight rules: pure functions from the typed spec, the capability table and (when
+known) the checkpoints' configs to findings. Each finding names the field, the value and
+the fix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from kimik3_operator.api.constants import OWNED_FLAGS, ConditionType
+from kimik3_operator.api.spec import EAGLE3_FAMILY, KimiK3DeploymentSpec
+from kimik3_operator.preflight.facts import DrafterFacts, TargetFacts
+from kimik3_operator.preflight.pairing import resolve_drafter
+from kimik3_operator.preflight.table import (
+    CapabilityTable,
+    Version,
+    format_version,
+    resolve_version,
+)
+
+FindingStatus = Literal["Pass", "Fail", "Unknown"]
+CAPABILITIES = ConditionType.CAPABILITIES_VERIFIED
+DRAFTER = ConditionType.DRAFTER_PAIRED
+DRAFTER_ARCHITECTURE = {"dspark": "K3DSparkModel", "mtp": "KimiK3MTPModel"}
+
+
+@dataclass(frozen=True)
+class Finding:
+    id: str
+    status: FindingStatus
+    reason: str
+    message: str
+    condition: str = CAPABILITIES
+
+    def as_dict(self) -> dict[str, str]:
+        return {
+            "id": self.id,
+            "status": self.status,
+            "reason": self.reason,
+            "message": self.message,
+        }
+
+
+@dataclass(frozen=True)
+class Facts:
+    """Everything the rules may consult besides the spec."""
+
+    table: CapabilityTable
+    target: TargetFacts = field(default_factory=TargetFacts)
+    drafter: DrafterFacts | None = None
+    # Answers of the image probe, per architecture, replacing the table's for that image.
+    probed: dict[str, dict[str, Any]] | None = None
+    probed_release: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Context:
+    spec: KimiK3DeploymentSpec
+    facts: Facts
+    version: Version | None
+    version_source: str
+
+    @property
+    def platform(self) -> str:
+        return self.spec.engine.platform
+
+    @property
+    def architecture(self) -> str:
+        return self.spec.model.architecture
+
+    def target_caps(self) -> dict[str, Any] | None:
+        if self.facts.probed is not None:
+            return self.facts.probed.get(self.architecture)
+        if self.version is None:
+            return None
+        return self.facts.table.target(self.version, self.architecture, self.platform)
+
+    def release(self) -> dict[str, Any] | None:
+        if self.facts.probed_release is not None:
+            return self.facts.probed_release
+        return self.facts.table.release(self.version) if self.version else None
+
+    def known(self) -> bool:
+        return self.facts.probed is not None or (
+            self.version is not None and self.facts.table.release(self.version) is not None
+        )
+
+
+Rule = Callable[[Context], Iterable[Finding]]
+
+
+def _image_fix(version: Version | None) -> str:
+    if version is None:
+        return "set engine.image to a tagged release"
+    return f"use engine.image vllm/vllm-openai:v{format_version(version)} or newer"
+
+
+def check_version(ctx: Context) -> Iterable[Finding]:
+    table, image = ctx.facts.table, ctx.spec.engine.image
+    if ctx.facts.probed is not None:
+        yield Finding(
+            "vllm-version", "Pass", "VersionProbed", f"the image probe answered for {image}"
+        )
+        return
+    if ctx.version is None:
+        yield Finding(
+            "vllm-version",
+            "Unknown",
+            "VersionUnknown",
+            (
+                f"spec.engine.image={image!r}: the vLLM release cannot be told "
+                f"({ctx.version_source}); set spec.engine.version, or let the image probe "
+                "(spec.preflight.probe) ask vLLM"
+            ),
+        )
+        return
+    shown = format_version(ctx.version)
+    if ctx.version < table.first_release:
+        yield Finding(
+            "vllm-version",
+            "Fail",
+            "VLLMTooOld",
+            (
+                f"vLLM {shown} ({ctx.version_source} of spec.engine.image={image!r}) predates "
+                f"{format_version(table.first_release)}, the first release that serves Kimi-K3 "
+                "(0.26 registers KimiLinearForCausalLM for the older Kimi-Linear model); "
+                + _image_fix(table.first_release)
+            ),
+        )
+        return
+    if table.release(ctx.version) is None:
+        newest = format_version(table.releases[-1])
+        yield Finding(
+            "vllm-version",
+            "Unknown",
+            "VersionNotInTable",
+            (
+                f"vLLM {shown} ({ctx.version_source}) is not in the capability table (known: "
+                f"{format_version(table.first_release)} to {newest}); the image probe "
+                "(spec.preflight.probe) must answer for it"
+            ),
+        )
+        return
+    yield Finding(
+        "vllm-version",
+        "Pass",
+        "VersionKnown",
+        f"vLLM {shown} ({ctx.version_source}) is in the capability table",
+    )
+
+
+def check_architecture(ctx: Context) -> Iterable[Finding]:
+    if not ctx.known():
+        return
+    if ctx.target_caps() is not None:
+        yield Finding(
+            "architecture",
+            "Pass",
+            "ArchitectureRegistered",
+            f"{ctx.architecture} serves Kimi-K3 on {ctx.platform}",
+        )
+        return
+    table = ctx.facts.table
+    first = table.first_release_where(
+        lambda v: table.target(v, ctx.architecture, ctx.platform) is not None
+    )
+    fix = (
+        f"{_image_fix(first)}, or choose another spec.model.architecture"
+        if first
+        else "choose another spec.model.architecture"
+    )
+    yield Finding(
+        "architecture",
+        "Fail",
+        "ArchitectureNotRegistered",
+        (
+            f"spec.model.architecture={ctx.architecture!r} is not registered for Kimi-K3 on "
+            f"{ctx.platform} in {_release_name(ctx)}; {fix}"
+        ),
+    )
+
+
+def _release_name(ctx: Context) -> str:
+    if ctx.facts.probed is not None:
+        return f"the image {ctx.spec.engine.image}"
+    return f"vLLM {format_version(ctx.version)}" if ctx.version else "this release"
+
+
+def check_eagle3(ctx: Context) -> Iterable[Finding]:
+    method = ctx.spec.drafter.method
+    caps = ctx.target_caps()
+    if method not in EAGLE3_FAMILY or caps is None:
+        return
+    where = f"{ctx.architecture} on {ctx.platform} in {_release_name(ctx)}"
+    if not caps.get("supportsEagle3"):
+        table = ctx.facts.table
+        fixed = table.first_release_where(
+            lambda v: bool(
+                (table.target(v, ctx.architecture, ctx.platform) or {}).get("supportsEagle3")
+            )
+        )
+        if fixed is not None:
+            fix = f"vLLM {format_version(fixed)} fixed it on {ctx.platform}: {_image_fix(fixed)}"
+        else:
+            release = ctx.release() or {}
+            dspark_here = ctx.platform in (
+                release.get("drafters", {}).get("K3DSparkModel", {}).get("platforms", [])
+            )
+            multimodal = "the multimodal checkpoint KimiK3ForConditionalGeneration (served " + (
+                "with --language-model-only)"
+                if method != "dspark" or dspark_here
+                else "with --language-model-only) with an eagle3 drafter, since vLLM has no "
+                f"{ctx.platform} DSpark drafter"
+            )
+            fix = (
+                f"no vLLM release up to {format_version(table.releases[-1])} declares it for "
+                f"the {ctx.platform} text class; serve {multimodal}, or set drafter.method to "
+                "mtp or none"
+            )
+        yield Finding(
+            "target-eagle3",
+            "Fail",
+            "TargetLacksEagle3",
+            (
+                f"spec.drafter.method={method!r} needs a target that declares SupportsEagle3, and "
+                f"{where} does not: vLLM would load every weight and then fail with "
+                f"'Model does not support EAGLE3 interface'; {fix}"
+            ),
+        )
+        return
+    if not caps.get("innerEagleMixin"):
+        yield Finding(
+            "target-eagle3",
+            "Fail",
+            "Eagle3DeclaredNotImplemented",
+            (
+                f"{where} declares SupportsEagle3 but its inner model {caps.get('innerModel')} "
+                f"lacks EagleModelMixin; set drafter.method to mtp or none, or change engine.image"
+            ),
+        )
+        return
+    yield Finding(
+        "target-eagle3",
+        "Pass",
+        "TargetSupportsEagle3",
+        f"{where} declares SupportsEagle3 and implements it",
+    )
+
+
+def check_pipeline(ctx: Context) -> Iterable[Finding]:
+    spec, caps, release = ctx.spec, ctx.target_caps(), ctx.release()
+    method = spec.drafter.method
+    if spec.parallelism.pipeline <= 1 or method not in EAGLE3_FAMILY or caps is None:
+        return
+    pp = spec.parallelism.pipeline
+    table = ctx.facts.table
+    if method == "dspark" and (release or {}).get("dspark", {}).get("refusesPipelineParallel"):
+        allowed = table.first_release_where(
+            lambda v: (
+                not ((table.release(v) or {}).get("dspark", {}).get("refusesPipelineParallel"))
+            )
+        )
+        yield Finding(
+            "dspark-pipeline",
+            "Fail",
+            "DSparkRefusesPipelineParallel",
+            (
+                f"spec.parallelism.pipeline={pp} with drafter.method=dspark: {_release_name(ctx)} "
+                f"refuses DSpark with pipeline parallelism; set parallelism.pipeline to 1 "
+                f"(more tensor parallelism), or {_image_fix(allowed)}"
+            ),
+        )
+        return
+    if (release or {}).get("checksAuxHiddenStatesOverPP") and not caps.get(
+        "innerAuxHiddenStatesOverPP"
+    ):
+        yield Finding(
+            "dspark-pipeline",
+            "Fail",
+            "TargetLacksAuxHiddenStatesOverPP",
+            (
+                f"spec.parallelism.pipeline={pp} with drafter.method={method}: the inner model of "
+                f"{ctx.architecture} on {ctx.platform} cannot pass aux hidden states between "
+                "pipeline stages; set parallelism.pipeline to 1, or drafter.method to mtp or none"
+            ),
+        )
+        return
+    yield Finding(
+        "dspark-pipeline",
+        "Pass",
+        "PipelineParallelSupported",
+        f"{method} with pipeline parallelism {pp} is supported",
+    )
+
+
+def check_decode_context(ctx: Context) -> Iterable[Finding]:
+    spec, release = ctx.spec, ctx.release()
+    dcp = spec.parallelism.decode_context
+    if dcp <= 1 or spec.drafter.method != "dspark" or release is None:
+        return
+    if release.get("dspark", {}).get("refusesDecodeContextParallel"):
+        table = ctx.facts.table
+        allowed = table.first_release_where(
+            lambda v: (
+                not ((table.release(v) or {}).get("dspark", {}).get("refusesDecodeContextParallel"))
+            )
+        )
+        yield Finding(
+            "dspark-decode-context",
+            "Fail",
+            "DSparkRefusesDecodeContextParallel",
+            (
+                f"spec.parallelism.decodeContext={dcp} with drafter.method=dspark: "
+                f"{_release_name(ctx)} refuses MLA DSpark with decode-context parallelism; set "
+                f"parallelism.decodeContext to 1, or {_image_fix(allowed)}"
+            ),
+        )
+        return
+    yield Finding(
+        "dspark-decode-context",
+        "Pass",
+        "DecodeContextParallelSupported",
+        f"DSpark with decode-context parallelism {dcp} is supported",
+    )
+
+
+def _fits_nodes(gpus: int, per_node: int) -> bool:
+    return gpus <= per_node or gpus % per_node == 0
+
+
+def check_heads(ctx: Context) -> Iterable[Finding]:
+    spec, target = ctx.spec, ctx.facts.target
+    tp, heads = spec.parallelism.tensor, target.attention_heads
+    if heads % tp == 0:
+        yield Finding(
+            "tensor-heads",
+            "Pass",
+            "TensorSizeDividesHeads",
+            f"tensor {tp} divides the {heads} attention heads",
+        )
+        return
+    valid = [
+        d
+        for d in range(1, heads + 1)
+        if heads % d == 0
+        and _fits_nodes(d * spec.parallelism.pipeline, spec.placement.gpus_per_node)
+    ]
+    yield Finding(
+        "tensor-heads",
+        "Fail",
+        "TensorSizeDoesNotDivideHeads",
+        (
+            f"spec.parallelism.tensor={tp} does not divide the {heads} attention heads "
+            f"({target.source}); use one of {valid}"
+        ),
+    )
+
+
+def check_nodes(ctx: Context) -> Iterable[Finding]:
+    spec = ctx.spec
+    gpus, per_node = spec.gpus_per_replica, spec.placement.gpus_per_node
+    if _fits_nodes(gpus, per_node):
+        yield Finding(
+            "whole-nodes",
+            "Pass",
+            "GPUsFillNodes",
+            f"{gpus} GPUs per group on {spec.nodes_per_replica} node(s)",
+        )
+        return
+    yield Finding(
+        "whole-nodes",
+        "Fail",
+        "GPUsDoNotFillNodes",
+        (
+            f"spec.parallelism tensor x pipeline = {gpus} GPUs neither fits one node nor fills "
+            f"whole nodes of placement.gpusPerNode={per_node}; make it at most {per_node} or a "
+            "multiple of it"
+        ),
+    )
+
+
+def check_experts(ctx: Context) -> Iterable[Finding]:
+    spec, target = ctx.spec, ctx.facts.target
+    if not spec.parallelism.expert:
+        return
+    ep = spec.parallelism.tensor
+    if target.experts % ep == 0:
+        yield Finding(
+            "expert-parallel",
+            "Pass",
+            "ExpertsDivisible",
+            f"{target.experts} experts divide over expert-parallel size {ep}",
+        )
+        return
+    yield Finding(
+        "expert-parallel",
+        "Fail",
+        "ExpertsNotDivisible",
+        (
+            f"spec.parallelism.expert=true makes the expert-parallel size the tensor size {ep}, "
+            f"which does not divide the {target.experts} experts ({target.source}); change "
+            "parallelism.tensor or turn parallelism.expert off"
+        ),
+    )
+
+
+def check_extra_args(ctx: Context) -> Iterable[Finding]:
+    for i, arg in enumerate(ctx.spec.engine.extra_args):
+        if arg.split("=", 1)[0] in OWNED_FLAGS:
+            yield Finding(
+                "extra-args",
+                "Fail",
+                "ExtraArgsOverrideOwnedFlag",
+                (
+                    f"spec.engine.extraArgs[{i}]={arg!r} overrides a flag the operator generates; "
+                    "use the matching spec field instead"
+                ),
+            )
+            return
+
+
+def check_drafter(ctx: Context) -> Iterable[Finding]:
+    spec = ctx.spec
+    method = spec.drafter.method
+    if method == "none":
+        yield Finding("drafter", "Pass", "NoDrafter", "speculative decoding is off", DRAFTER)
+        return
+    drafter = resolve_drafter(spec)
+    assert drafter is not None
+    if method in ("dspark", "eagle3", "dflash") and not drafter.repo:
+        yield Finding(
+            "drafter",
+            "Fail",
+            "DrafterNotFound",
+            (
+                f"spec.drafter.repo is empty and no {method} drafter is known for "
+                f"spec.model.repo={spec.model.repo!r}; set drafter.repo"
+            ),
+            DRAFTER,
+        )
+        return
+    yield Finding(
+        "method-explicit",
+        "Pass",
+        "MethodExplicit",
+        f'the speculative config names "method": "{method}"',
+        DRAFTER,
+    )
+    tp, dtp = spec.parallelism.tensor, drafter.draft_tensor_parallel_size
+    if dtp is not None and dtp not in (1, tp):
+        yield Finding(
+            "draft-tensor",
+            "Fail",
+            "DraftTensorParallelSizeInvalid",
+            (
+                f"spec.drafter.draftTensorParallelSize={dtp}: vLLM accepts only 1 or the target's "
+                f"tensor size {tp}"
+            ),
+            DRAFTER,
+        )
+    if method == "dspark":
+        release = ctx.release()
+        platforms = (release or {}).get("drafters", {}).get("K3DSparkModel", {}).get("platforms")
+        if platforms is not None and ctx.platform not in platforms:
+            yield Finding(
+                "drafter-platform",
+                "Fail",
+                "DrafterNotImplementedOnPlatform",
+                (
+                    f"spec.drafter.method=dspark on spec.engine.platform={ctx.platform}: vLLM "
+                    f"implements the K3 DSpark drafter only for {platforms}; set drafter.method "
+                    "to mtp or none"
+                ),
+                DRAFTER,
+            )
+    yield from _drafter_config(ctx, drafter.num_speculative_tokens)
+
+
+def _drafter_config(ctx: Context, tokens: int | None) -> Iterable[Finding]:
+    facts, target, method = ctx.facts.drafter, ctx.facts.target, ctx.spec.drafter.method
+    if facts is None:
+        return
+    want = DRAFTER_ARCHITECTURE.get(method)
+    if want is not None and want not in facts.architectures:
+        yield Finding(
+            "drafter-architecture",
+            "Fail",
+            "DrafterArchitectureMismatch",
+            (
+                f"the drafter ({facts.source}) has architectures {list(facts.architectures)}, "
+                f"not {want} as drafter.method={method} needs; set drafter.repo to a {method} "
+                "drafter or change drafter.method"
+            ),
+            DRAFTER,
+        )
+    if facts.n_predict and tokens is not None and tokens % facts.n_predict:
+        yield Finding(
+            "speculative-tokens",
+            "Fail",
+            "SpeculativeTokensNotDivisible",
+            (
+                f"spec.drafter.numSpeculativeTokens={tokens} is not divisible by the drafter's "
+                f"n_predict={facts.n_predict}; use a multiple of {facts.n_predict}"
+            ),
+            DRAFTER,
+        )
+    for name, size in (
+        ("vocab_size", facts.vocab_size),
+        ("draft_vocab_size", facts.draft_vocab_size),
+    ):
+        if size is not None and size != target.vocab_size:
+            yield Finding(
+                "drafter-vocabulary",
+                "Fail",
+                "DrafterVocabularyMismatch",
+                (
+                    f"the drafter's {name}={size} differs from the target's vocab_size="
+                    f"{target.vocab_size}; set drafter.repo to a drafter trained for this target"
+                ),
+                DRAFTER,
+            )
+            break
+    if method == "dspark":
+        ids = facts.target_layer_ids
+        problem = ""
+        if not ids:
+            problem = "has no target_layer_ids"
+        elif facts.num_target_layers is not None and facts.num_target_layers != len(ids):
+            problem = (
+                f"has {len(ids)} target_layer_ids but num_target_layers={facts.num_target_layers}"
+            )
+        elif target.hidden_layers is not None and max(ids) >= target.hidden_layers:
+            problem = (
+                f"names target layer {max(ids)} but the target has {target.hidden_layers} layers"
+            )
+        if problem:
+            yield Finding(
+                "drafter-target-layers",
+                "Fail",
+                "DrafterTargetLayersInvalid",
+                f"the drafter ({facts.source}) {problem}; set drafter.repo to a "
+                "drafter built for this target",
+                DRAFTER,
+            )
+
+
+RULES: tuple[Rule, ...] = (
+    check_version,
+    check_architecture,
+    check_eagle3,
+    check_pipeline,
+    check_decode_context,
+    check_heads,
+    check_nodes,
+    check_experts,
+    check_extra_args,
+    check_drafter,
+)
+
+
+def run_rules(spec: KimiK3DeploymentSpec, facts: Facts) -> list[Finding]:
+    resolved = resolve_version(spec.engine.version, spec.engine.image)
+    ctx = Context(spec, facts, resolved.version, resolved.source)
+    return [finding for rule in RULES for finding in rule(ctx)]

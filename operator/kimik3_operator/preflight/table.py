@@ -1,0 +1,88 @@
+"""The capability table (data/capabilities.json) and vLLM version arithmetic."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any
+
+Version = tuple[int, int, int]
+_VERSION = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)")
+
+
+def parse_version(text: str) -> Version | None:
+    match = _VERSION.match(text.strip())
+    if match is None:
+        return None
+    major, minor, patch = (int(g) for g in match.groups())
+    return major, minor, patch
+
+
+def format_version(version: Version) -> str:
+    return ".".join(str(p) for p in version)
+
+
+def image_tag(image: str) -> str | None:
+    """The tag of an image reference; None for a digest or no tag."""
+    if "@" in image:
+        return None
+    last = image.rsplit("/", 1)[-1]
+    return last.split(":", 1)[1] if ":" in last else None
+
+
+@dataclass(frozen=True)
+class ResolvedVersion:
+    version: Version | None
+    source: str  # "engine.version", "image tag", or why it is unknown
+
+
+def resolve_version(engine_version: str, image: str) -> ResolvedVersion:
+    if engine_version:
+        return ResolvedVersion(parse_version(engine_version), "engine.version")
+    tag = image_tag(image)
+    if tag is None:
+        return ResolvedVersion(None, f"image {image!r} has no tag (a digest or none)")
+    parsed = parse_version(tag)
+    if parsed is None:
+        return ResolvedVersion(None, f"image tag {tag!r} is not a vLLM version")
+    return ResolvedVersion(parsed, "image tag")
+
+
+@dataclass(frozen=True)
+class CapabilityTable:
+    data: dict[str, Any]
+
+    @property
+    def first_release(self) -> Version:
+        found = parse_version(self.data["firstKimiK3Release"])
+        assert found is not None
+        return found
+
+    @property
+    def releases(self) -> list[Version]:
+        parsed = (parse_version(v) for v in self.data["releases"])
+        return sorted(v for v in parsed if v is not None)
+
+    def release(self, version: Version) -> dict[str, Any] | None:
+        found: dict[str, Any] | None = self.data["releases"].get(format_version(version))
+        return found
+
+    def target(self, version: Version, architecture: str, platform: str) -> dict[str, Any] | None:
+        release = self.release(version) or {}
+        entry = release.get("architectures", {}).get(architecture)
+        if entry is None or not entry.get("servesKimiK3"):
+            return None
+        found: dict[str, Any] | None = entry.get("platforms", {}).get(platform)
+        return found
+
+    def first_release_where(self, predicate: Any) -> Version | None:
+        return next((v for v in self.releases if predicate(v)), None)
+
+
+@cache
+def load_table() -> CapabilityTable:
+    text = resources.files("kimik3_operator").joinpath("data/capabilities.json").read_text()
+    return CapabilityTable(json.loads(text))
