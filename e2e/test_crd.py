@@ -10,9 +10,10 @@ from e2e.conftest import Cluster, kimi
 
 BAD_SPECS: list[tuple[str, dict[str, Any], str]] = [
     ("tp-not-whole-nodes", {"parallelism": {"tensor": 12}},
-     "parallelism.tensor x parallelism.pipeline = 12 GPUs"),
+     "spec.parallelism: Invalid value: parallelism.tensor x parallelism.pipeline"),
     ("draft-tp", {"drafter": {"draftTensorParallelSize": 4}},
-     "drafter.draftTensorParallelSize=4 must be 1 or parallelism.tensor (16)"),
+     "spec.drafter.draftTensorParallelSize: Invalid value: drafter."
+     "draftTensorParallelSize must be 1 or parallelism.tensor"),
     ("none-with-repo", {"drafter": {"method": "none", "repo": "a/b"}},
      "drafter.repo is set while drafter.method is none"),
     ("pvc-without-claim", {"model": {"source": {"pvc": {"path": "x"}}}},

@@ -4,15 +4,9 @@
 # Prints the bin directory on its last line.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-# shellcheck source=versions.env
-source "$here/versions.env"
-
-key="k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}_helm-${HELM_VERSION}_lws-${LWS_VERSION}"
-cache_root="${KIMIK3_CACHE:-$HOME/.cache/kimik3-operator}"
-bin="$cache_root/tools/$key/bin"
+source "$here/paths.sh"
 stamp="$bin/.complete"
 
-manifests="$cache_root/tools/manifests_lws-${LWS_VERSION}_promop-${PROMETHEUS_OPERATOR_VERSION}"
 if [[ -f "$stamp" && -f "$manifests/.complete" ]]; then
   echo "cluster tools up to date in $bin" >&2
   echo "$bin"
@@ -61,14 +55,17 @@ install_tool kwok "sigs.k8s.io/kwok/cmd/kwok@${KWOK_VERSION}"
 install_tool kwokctl "sigs.k8s.io/kwok/cmd/kwokctl@${KWOK_VERSION}"
 install_tool helm "helm.sh/helm/v4/cmd/helm@${HELM_VERSION}" \
   "-s -w -X helm.sh/helm/v4/internal/version.version=${HELM_VERSION}"
-install_tool lws-manager "sigs.k8s.io/lws/cmd@${LWS_VERSION}"
+if [[ ! -x "$bin/lws-manager" ]]; then
+  echo "building lws-manager (sigs.k8s.io/lws/cmd ${LWS_VERSION})" >&2
+  (cd "$here/lws" && go build -trimpath -ldflags "-s -w" -o "$bin/lws-manager.tmp" sigs.k8s.io/lws/cmd)
+  mv "$bin/lws-manager.tmp" "$bin/lws-manager"
+fi
 
 module_dir() {
   (cd "$here/k8s" && go mod download -json "$1" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')
 }
 # The LeaderWorkerSet CRD and webhook configuration come from the LWS module, the
 # PodMonitor, ServiceMonitor and PrometheusRule CRDs from the Prometheus Operator's.
-manifests="$cache_root/tools/manifests_lws-${LWS_VERSION}_promop-${PROMETHEUS_OPERATOR_VERSION}"
 mkdir -p "$manifests"
 lws_dir="$(module_dir "sigs.k8s.io/lws@${LWS_VERSION}")"
 cp "$lws_dir"/config/crd/bases/*.yaml "$lws_dir/config/webhook/manifests.yaml" "$manifests/"

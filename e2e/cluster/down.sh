@@ -2,11 +2,8 @@
 # Stops every process cluster-up started (by PID) and removes its state.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-root="$(cd "$here/../.." && pwd)"
-source "$here/versions.env"
-cache_root="${KIMIK3_CACHE:-$HOME/.cache/kimik3-operator}"
-key="k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}_helm-${HELM_VERSION}_lws-${LWS_VERSION}"
-run="$root/e2e/.run"
+source "$here/paths.sh"
+run="$run_dir"
 export KWOK_WORKDIR="$run/kwok"
 for pidfile in "$run"/*.pid; do
   [[ -f "$pidfile" ]] || continue
@@ -15,8 +12,8 @@ for pidfile in "$run"/*.pid; do
   kill -9 "$pid" 2>/dev/null || true
   rm -f "$pidfile"
 done
-if [[ -x "$cache_root/tools/$key/bin/kwokctl" ]]; then
-  "$cache_root/tools/$key/bin/kwokctl" delete cluster --name kimik3-e2e >&2 || true
+if [[ -x "$bin/kwokctl" ]]; then
+  "$bin/kwokctl" delete cluster --name kimik3-e2e >&2 || true
 fi
 rm -rf "$run"
 echo "control plane down" >&2

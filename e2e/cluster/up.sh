@@ -8,12 +8,9 @@
 # Settings: KIMIK3_E2E_NODES (4), KIMIK3_E2E_GPUS_PER_NODE (8), KIMIK3_E2E_DOMAINS (2).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-root="$(cd "$here/../.." && pwd)"
-source "$here/versions.env"
-cache_root="${KIMIK3_CACHE:-$HOME/.cache/kimik3-operator}"
-bin="$(bash "$here/build-tools.sh" | tail -n 1)"
-manifests="$cache_root/tools/manifests_lws-${LWS_VERSION}_promop-${PROMETHEUS_OPERATOR_VERSION}"
-run="$root/e2e/.run"
+source "$here/paths.sh"
+bash "$here/build-tools.sh" >/dev/null
+run="$run_dir"
 cluster="kimik3-e2e"
 kubeconfig="$run/kubeconfig"
 lws_port="${KIMIK3_E2E_LWS_WEBHOOK_PORT:-19443}"

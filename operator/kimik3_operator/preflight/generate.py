@@ -20,6 +20,15 @@ import zipfile
 from collections.abc import Iterable
 from typing import Any, Final
 
+from kimik3_operator.preflight.probe_script import (
+    AUX_PP_CHECK,
+    DSPARK_DCP_REFUSAL,
+    DSPARK_PP_REFUSAL,
+    K3_PACKAGE,
+    module_file,
+    platform_imports,
+)
+
 TARGET_ARCHITECTURES: Final = (
     "KimiLinearForCausalLM",
     "KimiK3ForConditionalGeneration",
@@ -32,7 +41,6 @@ PROTOCOLS: Final = {
     "IsHybrid": "isHybrid",
     "SupportsMultiModal": "multimodal",
 }
-K3_PACKAGE: Final = "vllm.models.kimi_k3"
 RELEASES: Final = (
     "0.27.1",
     "0.28.0",
@@ -43,8 +51,6 @@ RELEASES: Final = (
     "0.33.0",
     "0.34.0",
 )
-DSPARK_PP_REFUSAL: Final = "DSpark does not support pipeline parallelism"
-DSPARK_DCP_REFUSAL: Final = "MLA DSpark does not currently support decode context"
 TABLE_PATH: Final = pathlib.Path(__file__).resolve().parents[1] / "data" / "capabilities.json"
 
 
@@ -83,46 +89,6 @@ def registry_entries(source: str) -> dict[str, tuple[str, str]]:
                 module, cls = (e.value for e in value.elts)  # type: ignore[attr-defined]
                 found[str(key.value)] = (str(module), str(cls))
     return found
-
-
-def module_file(module: str, package: bool = False) -> str:
-    """vllm.models.kimi_k3.amd.linear -> vllm/models/kimi_k3/amd/linear.py; a package's
-    file is its __init__.py."""
-    if not module.startswith("vllm."):
-        module = f"vllm.model_executor.models.{module}"
-    path = module.replace(".", "/")
-    return f"{path}/__init__.py" if package else f"{path}.py"
-
-
-def platform_imports(init_source: str, package: str) -> dict[str, dict[str, str]]:
-    """Per platform, the module file each public class is imported from in the package's
-    __init__: the ROCm branch is amd; the final else (CUDA, and CPU) is nvidia."""
-    result: dict[str, dict[str, str]] = {}
-
-    def imports(body: Iterable[ast.stmt]) -> dict[str, str]:
-        out = {}
-        for stmt in body:
-            if isinstance(stmt, ast.ImportFrom) and stmt.level == 1 and stmt.module:
-                for alias in stmt.names:
-                    out[alias.asname or alias.name] = module_file(f"{package}.{stmt.module}")
-        return out
-
-    for node in ast.parse(init_source).body:
-        if not isinstance(node, ast.If):
-            continue
-        branch: ast.If | None = node
-        while branch is not None:
-            test = ast.unparse(branch.test)
-            if "is_rocm" in test:
-                result["amd"] = imports(branch.body)
-            orelse = branch.orelse
-            if len(orelse) == 1 and isinstance(orelse[0], ast.If):
-                branch = orelse[0]
-            else:
-                if orelse:
-                    result["nvidia"] = imports(orelse)
-                branch = None
-    return result
 
 
 def _base_names(cls: ast.ClassDef) -> list[str]:
@@ -252,8 +218,7 @@ def release_capabilities(wheel: Wheel) -> dict[str, Any]:
             "refusesPipelineParallel": DSPARK_PP_REFUSAL in dspark_utils,
             "refusesDecodeContextParallel": DSPARK_DCP_REFUSAL in speculative,
         },
-        "checksAuxHiddenStatesOverPP": "def verify_supports_aux_hidden_states_over_pp"
-        in eagle3_utils,
+        "checksAuxHiddenStatesOverPP": AUX_PP_CHECK in eagle3_utils,
     }
 
 

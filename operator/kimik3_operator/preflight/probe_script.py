@@ -1,0 +1,225 @@
+"""The image probe: runs inside the exact vLLM serving image, on a CPU, and asks vLLM itself
+what the capability table answers from the wheels. Standalone (the operator ships this file
+in a ConfigMap); the generator reuses its static helpers.
+
+Usage: python3 probe.py '<request json>'. The report (compact JSON) goes to stdout and to
+/dev/termination-log, where the operator reads it from the pod's status.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import json
+import os
+import pathlib
+import sys
+import traceback
+from collections.abc import Iterable
+from typing import Any
+
+K3_PACKAGE = "vllm.models.kimi_k3"
+TEXT_ARCHITECTURE = "KimiLinearForCausalLM"
+DSPARK_PP_REFUSAL = "DSpark does not support pipeline parallelism"
+DSPARK_DCP_REFUSAL = "MLA DSpark does not currently support decode context"
+AUX_PP_CHECK = "def verify_supports_aux_hidden_states_over_pp"
+TARGET_CONFIG_KEYS = ("num_attention_heads", "num_experts", "vocab_size", "num_hidden_layers")
+DRAFTER_CONFIG_KEYS = (
+    "architectures",
+    "vocab_size",
+    "draft_vocab_size",
+    "n_predict",
+    "target_layer_ids",
+    "num_target_layers",
+)
+TERMINATION_LOG = "/dev/termination-log"
+TERMINATION_LIMIT = 4096
+
+
+def module_file(module: str, package: bool = False) -> str:
+    """vllm.models.kimi_k3.amd.linear -> vllm/models/kimi_k3/amd/linear.py; a package's
+    file is its __init__.py."""
+    if not module.startswith("vllm."):
+        module = f"vllm.model_executor.models.{module}"
+    path = module.replace(".", "/")
+    return f"{path}/__init__.py" if package else f"{path}.py"
+
+
+def platform_imports(init_source: str, package: str) -> dict[str, dict[str, str]]:
+    """Per platform, the module file each public class is imported from in the package's
+    __init__: the ROCm branch is amd; the final else (CUDA, and CPU) is nvidia."""
+    result: dict[str, dict[str, str]] = {}
+
+    def imports(body: Iterable[ast.stmt]) -> dict[str, str]:
+        out = {}
+        for stmt in body:
+            if isinstance(stmt, ast.ImportFrom) and stmt.level == 1 and stmt.module:
+                for alias in stmt.names:
+                    out[alias.asname or alias.name] = module_file(f"{package}.{stmt.module}")
+        return out
+
+    for node in ast.parse(init_source).body:
+        if not isinstance(node, ast.If):
+            continue
+        branch: ast.If | None = node
+        while branch is not None:
+            if "is_rocm" in ast.unparse(branch.test):
+                result["amd"] = imports(branch.body)
+            orelse = branch.orelse
+            if len(orelse) == 1 and isinstance(orelse[0], ast.If):
+                branch = orelse[0]
+            else:
+                if orelse:
+                    result["nvidia"] = imports(orelse)
+                branch = None
+    return result
+
+
+def _dotted(file: str) -> str:
+    return file[: -len(".py")].replace("/", ".")
+
+
+def _class_capabilities(cls: type, text_cls: type | None) -> dict[str, Any]:
+    from vllm.model_executor.models.interfaces import EagleModelMixin
+
+    caps = {
+        "supportsEagle3": bool(getattr(cls, "supports_eagle3", False)),
+        "supportsPipelineParallel": bool(getattr(cls, "supports_pp", False)),
+        "isHybrid": bool(getattr(cls, "is_hybrid", False)),
+        "multimodal": bool(getattr(cls, "supports_multimodal", False)),
+    }
+    # The inner decoder is the text module's KimiLinearModel (the multimodal class runs the
+    # text class inside it).
+    source = text_cls or cls
+    inner = getattr(sys.modules[source.__module__], "KimiLinearModel", None)
+    caps["innerEagleMixin"] = isinstance(inner, type) and issubclass(inner, EagleModelMixin)
+    caps["innerAuxHiddenStatesOverPP"] = bool(
+        getattr(inner, "supports_aux_hidden_states_over_pp", False)
+    )
+    return caps
+
+
+def probe_architectures(root: pathlib.Path, platform: str, wanted: list[str]) -> dict[str, Any]:
+    from vllm.model_executor.models.registry import ModelRegistry
+
+    init = (root / module_file(K3_PACKAGE, package=True)).read_text()
+    per_platform = platform_imports(init, K3_PACKAGE).get(platform, {})
+    answers: dict[str, Any] = {}
+    for arch in wanted:
+        entry = ModelRegistry.models.get(arch)
+        module = getattr(entry, "module_name", None)
+        if entry is None or module is None or not str(module).startswith(K3_PACKAGE):
+            continue
+        file = per_platform.get(entry.class_name)
+        if file is None:
+            continue
+        cls = getattr(importlib.import_module(_dotted(file)), entry.class_name)
+        text_file = per_platform.get(TEXT_ARCHITECTURE)
+        text_cls = None
+        if arch != TEXT_ARCHITECTURE and text_file is not None:
+            text_cls = getattr(importlib.import_module(_dotted(text_file)), TEXT_ARCHITECTURE)
+        answers[arch] = _class_capabilities(cls, text_cls)
+    return answers
+
+
+def probe_drafters(root: pathlib.Path) -> dict[str, Any]:
+    from vllm.model_executor.models.registry import ModelRegistry
+
+    init = (root / module_file(K3_PACKAGE, package=True)).read_text()
+    per_platform = platform_imports(init, K3_PACKAGE)
+    drafters = {}
+    for arch in ("K3DSparkModel", "KimiK3MTPModel"):
+        entry = ModelRegistry.models.get(arch)
+        if entry is None:
+            continue
+        module = str(entry.module_name)
+        if module == K3_PACKAGE:
+            platforms = sorted(p for p, names in per_platform.items() if entry.class_name in names)
+        else:
+            platforms = [p for p in ("nvidia", "amd") if f".{p}." in module + "."] or [
+                "nvidia",
+                "amd",
+            ]
+        drafters[arch] = {"platforms": platforms}
+    return drafters
+
+
+def _text(root: pathlib.Path, relative: str) -> str:
+    path = root / relative
+    return path.read_text() if path.exists() else ""
+
+
+def read_config(location: dict[str, Any]) -> dict[str, Any] | None:
+    """config.json from a mounted path, or from the Hub with the token in HF_TOKEN."""
+    if not location:
+        return None
+    if location.get("path"):
+        return dict(json.loads((pathlib.Path(location["path"]) / "config.json").read_text()))
+    from huggingface_hub import hf_hub_download
+
+    path = hf_hub_download(
+        location["repo"],
+        "config.json",
+        revision=location.get("revision"),
+        token=os.environ.get("HF_TOKEN") or None,
+    )
+    return dict(json.loads(pathlib.Path(path).read_text()))
+
+
+def _subset(config: dict[str, Any] | None, keys: tuple[str, ...]) -> dict[str, Any] | None:
+    if config is None:
+        return None
+    text = config.get("text_config") or config
+    return {k: text.get(k, config.get(k)) for k in keys if k in text or k in config}
+
+
+def probe(request: dict[str, Any]) -> dict[str, Any]:
+    import vllm
+
+    root = pathlib.Path(vllm.__file__).resolve().parent.parent
+    platform = request.get("platform", "nvidia")
+    report: dict[str, Any] = {
+        "vllmVersion": getattr(vllm, "__version__", "unknown"),
+        "platform": platform,
+        "errors": [],
+    }
+    report["architectures"] = probe_architectures(root, platform, request["architectures"])
+    report["drafters"] = probe_drafters(root)
+    report["dspark"] = {
+        "refusesPipelineParallel": DSPARK_PP_REFUSAL
+        in _text(root, "vllm/v1/worker/gpu/spec_decode/dspark/utils.py"),
+        "refusesDecodeContextParallel": DSPARK_DCP_REFUSAL
+        in _text(root, "vllm/config/speculative.py"),
+    }
+    report["checksAuxHiddenStatesOverPP"] = AUX_PP_CHECK in _text(
+        root, "vllm/v1/worker/gpu/spec_decode/eagle/eagle3_utils.py"
+    )
+    for key, keys in (("target", TARGET_CONFIG_KEYS), ("drafter", DRAFTER_CONFIG_KEYS)):
+        try:
+            report[f"{key}Config"] = _subset(read_config(request.get(key) or {}), keys)
+        except Exception as exc:  # a missing config is reported, not fatal
+            report["errors"].append(f"{key} config.json: {type(exc).__name__}: {exc}"[:300])
+    return report
+
+
+def main(argv: list[str]) -> int:
+    request = json.loads(argv[1]) if len(argv) > 1 else json.loads(sys.stdin.read())
+    try:
+        report = probe(request)
+        code = 0
+    except Exception as exc:
+        report = {"fatal": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()[-1500:]}
+        code = 1
+    text = json.dumps(report, separators=(",", ":"), sort_keys=True)
+    print(text)
+    if os.path.exists(os.path.dirname(TERMINATION_LOG)) and os.access("/dev", os.W_OK):
+        try:
+            with open(TERMINATION_LOG, "w") as log:
+                log.write(text[:TERMINATION_LIMIT])
+        except OSError:
+            pass
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
