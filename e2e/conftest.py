@@ -30,8 +30,12 @@ API = "kimik3deployments.serving.kimik3.io"
 
 
 def _tools_bin() -> pathlib.Path:
-    out = subprocess.run(["bash", str(ROOT / "e2e/cluster/build-tools.sh")], check=True,
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        ["bash", str(ROOT / "e2e/cluster/build-tools.sh")],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     return pathlib.Path(out.stdout.strip().splitlines()[-1])
 
 
@@ -39,14 +43,24 @@ class Cluster:
     def __init__(self, kubeconfig: pathlib.Path, bin_dir: pathlib.Path) -> None:
         self.kubeconfig = kubeconfig
         self.bin_dir = bin_dir
-        self.env = {**os.environ, "KUBECONFIG": str(kubeconfig),
-                    "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+        self.env = {
+            **os.environ,
+            "KUBECONFIG": str(kubeconfig),
+            "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        }
 
-    def kubectl(self, *args: str, input: str | None = None, check: bool = True
-                ) -> subprocess.CompletedProcess[str]:
-        result = subprocess.run([str(self.bin_dir / "kubectl"), *args], input=input,
-                                capture_output=True, text=True, env=self.env, timeout=120,
-                                check=False)
+    def kubectl(
+        self, *args: str, input: str | None = None, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run(
+            [str(self.bin_dir / "kubectl"), *args],
+            input=input,
+            capture_output=True,
+            text=True,
+            env=self.env,
+            timeout=120,
+            check=False,
+        )
         if check and result.returncode != 0:
             raise AssertionError(f"kubectl {' '.join(args)} failed: {result.stderr}")
         return result
@@ -65,20 +79,31 @@ class Cluster:
         items: list[dict[str, Any]] = json.loads(self.kubectl(*args).stdout)["items"]
         return items
 
-    def apply(self, manifest: dict[str, Any], namespace: str, check: bool = True
-              ) -> subprocess.CompletedProcess[str]:
-        return self.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(manifest),
-                            check=check)
+    def apply(
+        self, manifest: dict[str, Any], namespace: str, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        return self.kubectl(
+            "apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(manifest), check=check
+        )
 
 
 @pytest.fixture(scope="session")
 def cluster() -> Cluster:
-    ready = KUBECONFIG.exists() and subprocess.run(
-        ["kubectl", "--kubeconfig", str(KUBECONFIG), "get", "--raw", "/readyz"],
-        capture_output=True, check=False).returncode == 0
+    ready = (
+        KUBECONFIG.exists()
+        and subprocess.run(
+            ["kubectl", "--kubeconfig", str(KUBECONFIG), "get", "--raw", "/readyz"],
+            capture_output=True,
+            check=False,
+        ).returncode
+        == 0
+    )
     if not ready:
-        subprocess.run(["bash", str(ROOT / "e2e/cluster/up.sh")], check=True,
-                       env={**os.environ, "PYTHON": sys.executable})
+        subprocess.run(
+            ["bash", str(ROOT / "e2e/cluster/up.sh")],
+            check=True,
+            env={**os.environ, "PYTHON": sys.executable},
+        )
     found = Cluster(KUBECONFIG, _tools_bin())
     found.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD))
     found.kubectl("wait", "--for", "condition=established", "--timeout=60s", f"crd/{API}")
@@ -111,12 +136,19 @@ class OperatorProcess:
 
     def start(self) -> None:
         health = f"http://127.0.0.1:{_free_port()}/healthz"
-        env = {**self.cluster.env, "KIMIK3_NAMESPACES": self.namespace,
-               "KIMIK3_RESYNC_SECONDS": "5", "KIMIK3_HEALTH_ENDPOINT": health}
+        env = {
+            **self.cluster.env,
+            "KIMIK3_NAMESPACES": self.namespace,
+            "KIMIK3_RESYNC_SECONDS": "5",
+            "KIMIK3_HEALTH_ENDPOINT": health,
+        }
         with open(self.log, "ab") as log:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "kimik3_operator", "run", "--verbose"],
-                stdout=log, stderr=subprocess.STDOUT, env=env)
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+            )
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -152,14 +184,16 @@ def describe(cluster: Cluster, name: str, namespace: str) -> str:
     """What a failing wait shows: the resource's conditions and events, the pods."""
     body = cluster.get("kk3d", name, namespace) or {}
     conditions = json.dumps(body.get("status", {}).get("conditions", []), indent=1)
-    events = cluster.kubectl("get", "events", "-n", namespace, "--sort-by=.lastTimestamp",
-                             check=False).stdout
+    events = cluster.kubectl(
+        "get", "events", "-n", namespace, "--sort-by=.lastTimestamp", check=False
+    ).stdout
     pods = cluster.kubectl("get", "pods", "-n", namespace, "-o", "wide", check=False).stdout
     return f"conditions of {namespace}/{name}:\n{conditions}\nevents:\n{events}\npods:\n{pods}"
 
 
-def wait_for(predicate: Callable[[], Any], timeout: float, what: str,
-             explain: Callable[[], str] = lambda: "") -> Any:
+def wait_for(
+    predicate: Callable[[], Any], timeout: float, what: str, explain: Callable[[], str] = lambda: ""
+) -> Any:
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
@@ -180,8 +214,14 @@ def condition(body: dict[str, Any] | None, type_: str) -> dict[str, Any]:
 
 @pytest.fixture
 def wait_condition(cluster: Cluster) -> Callable[..., dict[str, Any]]:
-    def wait(name: str, namespace: str, type_: str, status: str, reason: str | None = None,
-             timeout: float = 90) -> dict[str, Any]:
+    def wait(
+        name: str,
+        namespace: str,
+        type_: str,
+        status: str,
+        reason: str | None = None,
+        timeout: float = 90,
+    ) -> dict[str, Any]:
         def check() -> dict[str, Any] | None:
             body = cluster.get("kk3d", name, namespace)
             cond = condition(body, type_)
@@ -190,13 +230,20 @@ def wait_condition(cluster: Cluster) -> Callable[..., dict[str, Any]]:
             return None
 
         result: dict[str, Any] = wait_for(
-            check, timeout, f"{type_}={status} ({reason or 'any reason'}) on {name}",
-            lambda: describe(cluster, name, namespace))
+            check,
+            timeout,
+            f"{type_}={status} ({reason or 'any reason'}) on {name}",
+            lambda: describe(cluster, name, namespace),
+        )
         return result
 
     return wait
 
 
 def kimi(name: str = "k3", **spec: Any) -> dict[str, Any]:
-    return {"apiVersion": "serving.kimik3.io/v1alpha1", "kind": "KimiK3Deployment",
-            "metadata": {"name": name}, "spec": spec}
+    return {
+        "apiVersion": "serving.kimik3.io/v1alpha1",
+        "kind": "KimiK3Deployment",
+        "metadata": {"name": name},
+        "spec": spec,
+    }

@@ -9,35 +9,71 @@ import pytest
 from e2e.conftest import Cluster, kimi
 
 BAD_SPECS: list[tuple[str, dict[str, Any], str]] = [
-    ("tp-not-whole-nodes", {"parallelism": {"tensor": 12}},
-     "spec.parallelism: Invalid value: parallelism.tensor x parallelism.pipeline"),
-    ("draft-tp", {"drafter": {"draftTensorParallelSize": 4}},
-     "spec.drafter.draftTensorParallelSize: Invalid value: drafter."
-     "draftTensorParallelSize must be 1 or parallelism.tensor"),
-    ("none-with-repo", {"drafter": {"method": "none", "repo": "a/b"}},
-     "drafter.repo is set while drafter.method is none"),
-    ("pvc-without-claim", {"model": {"source": {"pvc": {"path": "x"}}}},
-     "spec.model.source.pvc.claimName: Required value"),
-    ("two-sources", {"model": {"source": {"huggingFace": {}, "pvc": {"claimName": "w"}}}},
-     "model.source names both huggingFace and pvc"),
-    ("owned-flag", {"engine": {"extraArgs": ["--tensor-parallel-size=8"]}},
-     "engine.extraArgs sets a flag the operator generates"),
-    ("owned-flag-separate", {"engine": {"extraArgs": ["--speculative-config", "{}"]}},
-     "engine.extraArgs sets a flag the operator generates"),
-    ("bad-method", {"drafter": {"method": "medusa"}},
-     'spec.drafter.method: Unsupported value: "medusa"'),
-    ("bad-architecture", {"model": {"architecture": "LlamaForCausalLM"}},
-     'spec.model.architecture: Unsupported value: "LlamaForCausalLM"'),
-    ("zero-tp", {"parallelism": {"tensor": 0}},
-     "spec.parallelism.tensor: Invalid value: 0: spec.parallelism.tensor in body should be "
-     "greater than or equal to 1"),
-    ("memory-fraction", {"engine": {"gpuMemoryUtilization": 1.5}},
-     "spec.engine.gpuMemoryUtilization: Invalid value"),
-    ("bad-mode", {"preflight": {"mode": "Maybe"}}, 'spec.preflight.mode: Unsupported value'),
+    (
+        "tp-not-whole-nodes",
+        {"parallelism": {"tensor": 12}},
+        "spec.parallelism: Invalid value: parallelism.tensor x parallelism.pipeline",
+    ),
+    (
+        "draft-tp",
+        {"drafter": {"draftTensorParallelSize": 4}},
+        "spec.drafter.draftTensorParallelSize: Invalid value: drafter."
+        "draftTensorParallelSize must be 1 or parallelism.tensor",
+    ),
+    (
+        "none-with-repo",
+        {"drafter": {"method": "none", "repo": "a/b"}},
+        "drafter.repo is set while drafter.method is none",
+    ),
+    (
+        "pvc-without-claim",
+        {"model": {"source": {"pvc": {"path": "x"}}}},
+        "spec.model.source.pvc.claimName: Required value",
+    ),
+    (
+        "two-sources",
+        {"model": {"source": {"huggingFace": {}, "pvc": {"claimName": "w"}}}},
+        "model.source names both huggingFace and pvc",
+    ),
+    (
+        "owned-flag",
+        {"engine": {"extraArgs": ["--tensor-parallel-size=8"]}},
+        "engine.extraArgs sets a flag the operator generates",
+    ),
+    (
+        "owned-flag-separate",
+        {"engine": {"extraArgs": ["--speculative-config", "{}"]}},
+        "engine.extraArgs sets a flag the operator generates",
+    ),
+    (
+        "bad-method",
+        {"drafter": {"method": "medusa"}},
+        'spec.drafter.method: Unsupported value: "medusa"',
+    ),
+    (
+        "bad-architecture",
+        {"model": {"architecture": "LlamaForCausalLM"}},
+        'spec.model.architecture: Unsupported value: "LlamaForCausalLM"',
+    ),
+    (
+        "zero-tp",
+        {"parallelism": {"tensor": 0}},
+        "spec.parallelism.tensor: Invalid value: 0: spec.parallelism.tensor in body should be "
+        "greater than or equal to 1",
+    ),
+    (
+        "memory-fraction",
+        {"engine": {"gpuMemoryUtilization": 1.5}},
+        "spec.engine.gpuMemoryUtilization: Invalid value",
+    ),
+    ("bad-mode", {"preflight": {"mode": "Maybe"}}, "spec.preflight.mode: Unsupported value"),
     ("negative-replicas", {"replicas": -1}, "spec.replicas: Invalid value: -1"),
     ("bad-version", {"engine": {"version": "latest"}}, "spec.engine.version: Invalid value"),
-    ("spec-tokens", {"drafter": {"numSpeculativeTokens": 0}},
-     "spec.drafter.numSpeculativeTokens: Invalid value: 0"),
+    (
+        "spec-tokens",
+        {"drafter": {"numSpeculativeTokens": 0}},
+        "spec.drafter.numSpeculativeTokens: Invalid value: 0",
+    ),
 ]
 
 
@@ -55,8 +91,7 @@ def test_defaults_are_applied_by_the_api_server(cluster: Cluster, namespace: str
     body = cluster.get("kk3d", "defaults", namespace)
     assert body is not None
     spec = body["spec"]
-    assert spec["parallelism"] == {"tensor": 16, "pipeline": 1, "decodeContext": 1,
-                                   "expert": False}
+    assert spec["parallelism"] == {"tensor": 16, "pipeline": 1, "decodeContext": 1, "expert": False}
     assert spec["drafter"]["method"] == "dspark"
     assert spec["model"]["source"] == {"huggingFace": {}}
     assert spec["preflight"] == {"mode": "Enforce", "probe": True}

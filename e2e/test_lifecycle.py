@@ -22,13 +22,19 @@ def pods_of(cluster: Cluster, namespace: str, name: str) -> list[dict[str, Any]]
 
 def node_gpus(cluster: Cluster) -> dict[str, tuple[int, str]]:
     nodes = json.loads(cluster.kubectl("get", "nodes", "-o", "json").stdout)["items"]
-    return {n["metadata"]["name"]: (int(n["status"]["allocatable"].get("nvidia.com/gpu", 0)),
-                                    n["metadata"]["labels"].get("topology.kimik3.io/domain", ""))
-            for n in nodes}
+    return {
+        n["metadata"]["name"]: (
+            int(n["status"]["allocatable"].get("nvidia.com/gpu", 0)),
+            n["metadata"]["labels"].get("topology.kimik3.io/domain", ""),
+        )
+        for n in nodes
+    }
 
 
 def test_text_dspark_becomes_an_available_two_node_group(
-    cluster: Cluster, namespace: str, operator: OperatorProcess,
+    cluster: Cluster,
+    namespace: str,
+    operator: OperatorProcess,
     wait_condition: Callable[..., dict[str, Any]],
 ) -> None:
     cluster.apply(kimi("k3", **SMALL), namespace)
@@ -58,8 +64,9 @@ def test_text_dspark_becomes_an_available_two_node_group(
         assert gpus[pod["spec"]["nodeName"]][0] == 8
         limits = pod["spec"]["containers"][0]["resources"]["limits"]
         assert limits["nvidia.com/gpu"] == "8"
-    leader = next(p for p in pods if p["metadata"]["labels"]["app.kubernetes.io/component"]
-                  == "leader")
+    leader = next(
+        p for p in pods if p["metadata"]["labels"]["app.kubernetes.io/component"] == "leader"
+    )
     env = {e["name"]: e.get("value") for e in leader["spec"]["containers"][0]["env"]}
     assert env.get("LWS_GROUP_SIZE") == "2", "the LWS pod webhook injected its variables"
 
@@ -69,13 +76,24 @@ def test_text_dspark_becomes_an_available_two_node_group(
     assert cluster.get("podmonitor", "k3", namespace) is not None
 
     table = cluster.kubectl("get", "kk3d", "-n", namespace).stdout.splitlines()
-    assert table[0].split() == ["NAME", "READY", "REPLICAS", "TP", "NODES", "DRAFTER", "ACCEPT",
-                                "REASON", "AGE"]
+    assert table[0].split() == [
+        "NAME",
+        "READY",
+        "REPLICAS",
+        "TP",
+        "NODES",
+        "DRAFTER",
+        "ACCEPT",
+        "REASON",
+        "AGE",
+    ]
     assert table[1].split()[:7] == ["k3", "True", "1", "16", "2", "dspark", "Available"]
 
 
 def test_group_stays_in_one_topology_domain(
-    cluster: Cluster, namespace: str, operator: OperatorProcess,
+    cluster: Cluster,
+    namespace: str,
+    operator: OperatorProcess,
     wait_condition: Callable[..., dict[str, Any]],
 ) -> None:
     spec = {**SMALL, "placement": {"topologyKey": "topology.kimik3.io/domain"}}
@@ -87,7 +105,9 @@ def test_group_stays_in_one_topology_domain(
 
 
 def test_too_many_gpus_is_degraded_with_the_numbers(
-    cluster: Cluster, namespace: str, operator: OperatorProcess,
+    cluster: Cluster,
+    namespace: str,
+    operator: OperatorProcess,
     wait_condition: Callable[..., dict[str, Any]],
 ) -> None:
     cluster.apply(kimi("big", replicas=3, **SMALL), namespace)
@@ -99,29 +119,39 @@ def test_too_many_gpus_is_degraded_with_the_numbers(
     assert condition(body, "Progressing")["status"] == "True"
     pending = [p for p in pods_of(cluster, namespace, "big") if p["status"]["phase"] == "Pending"]
     assert pending
-    events = cluster.kubectl("get", "events", "-n", namespace,
-                             "--field-selector", "reason=InsufficientGPUs").stdout
+    events = cluster.kubectl(
+        "get", "events", "-n", namespace, "--field-selector", "reason=InsufficientGPUs"
+    ).stdout
     assert "InsufficientGPUs" in events
 
 
 def test_scaling_adds_and_removes_groups(
-    cluster: Cluster, namespace: str, operator: OperatorProcess,
+    cluster: Cluster,
+    namespace: str,
+    operator: OperatorProcess,
     wait_condition: Callable[..., dict[str, Any]],
 ) -> None:
     spec = {**SMALL, "parallelism": {"tensor": 8}}
     cluster.apply(kimi("scale", **spec), namespace)
     wait_condition("scale", namespace, "Available", "True", "Available", timeout=120)
-    cluster.kubectl("patch", "kk3d", "scale", "-n", namespace, "--type=merge",
-                    "-p", '{"spec":{"replicas":3}}')
+    cluster.kubectl(
+        "patch", "kk3d", "scale", "-n", namespace, "--type=merge", "-p", '{"spec":{"replicas":3}}'
+    )
 
     def ready(n: int) -> Callable[[], bool]:
         def check() -> bool:
             body = cluster.get("kk3d", "scale", namespace) or {}
-            groups = {p["metadata"]["labels"].get(LWS_GROUP_LABEL)
-                      for p in pods_of(cluster, namespace, "scale")
-                      if not p["metadata"].get("deletionTimestamp")}
-            return bool(body.get("status", {}).get("readyReplicas") == n and len(groups) == n
-                        and condition(body, "Available").get("reason") == "Available")
+            groups = {
+                p["metadata"]["labels"].get(LWS_GROUP_LABEL)
+                for p in pods_of(cluster, namespace, "scale")
+                if not p["metadata"].get("deletionTimestamp")
+            }
+            return bool(
+                body.get("status", {}).get("readyReplicas") == n
+                and len(groups) == n
+                and condition(body, "Available").get("reason") == "Available"
+            )
+
         return check
 
     wait_for(ready(3), 120, "3 ready groups", lambda: describe(cluster, "scale", namespace))
@@ -132,39 +162,60 @@ def test_scaling_adds_and_removes_groups(
 
 
 def test_changing_the_image_rolls_the_groups(
-    cluster: Cluster, namespace: str, operator: OperatorProcess,
+    cluster: Cluster,
+    namespace: str,
+    operator: OperatorProcess,
     wait_condition: Callable[..., dict[str, Any]],
 ) -> None:
     spec = {**SMALL, "replicas": 2, "parallelism": {"tensor": 8}}
     cluster.apply(kimi("roll", **spec), namespace)
     wait_condition("roll", namespace, "Available", "True", "Available", timeout=120)
     new_image = "vllm/vllm-openai:v0.34.0"
-    cluster.kubectl("patch", "kk3d", "roll", "-n", namespace, "--type=merge",
-                    "-p", json.dumps({"spec": {"engine": {"image": new_image}}}))
+    cluster.kubectl(
+        "patch",
+        "kk3d",
+        "roll",
+        "-n",
+        namespace,
+        "--type=merge",
+        "-p",
+        json.dumps({"spec": {"engine": {"image": new_image}}}),
+    )
     lws = cluster.get("lws", "roll", namespace)
     assert lws is not None
-    assert lws["spec"]["rolloutStrategy"]["rollingUpdateConfiguration"] == {
-        "maxSurge": 0, "maxUnavailable": 1}
+    rolling = lws["spec"]["rolloutStrategy"]["rollingUpdateConfiguration"]
+    assert (rolling["maxSurge"], rolling["maxUnavailable"]) == (0, 1)
     worst_ready = [2]
 
     def rolled() -> bool:
-        pods = [p for p in pods_of(cluster, namespace, "roll")
-                if not p["metadata"].get("deletionTimestamp")]
-        ready = sum(1 for p in pods if any(
-            c["type"] == "Ready" and c["status"] == "True"
-            for c in p["status"].get("conditions", [])))
+        pods = [
+            p
+            for p in pods_of(cluster, namespace, "roll")
+            if not p["metadata"].get("deletionTimestamp")
+        ]
+        ready = sum(
+            1
+            for p in pods
+            if any(
+                c["type"] == "Ready" and c["status"] == "True"
+                for c in p["status"].get("conditions", [])
+            )
+        )
         worst_ready[0] = min(worst_ready[0], ready)
         images = {p["spec"]["containers"][0]["image"] for p in pods}
         return images == {new_image} and ready == 2
 
-    wait_for(rolled, 180, "every group on the new image",
-             lambda: describe(cluster, "roll", namespace))
+    wait_for(
+        rolled, 180, "every group on the new image", lambda: describe(cluster, "roll", namespace)
+    )
     assert worst_ready[0] >= 1, "maxUnavailable=1 keeps one of two groups serving"
     wait_condition("roll", namespace, "Available", "True", "Available", timeout=60)
 
 
 def test_deleting_the_resource_removes_every_child(
-    cluster: Cluster, namespace: str, operator: OperatorProcess,
+    cluster: Cluster,
+    namespace: str,
+    operator: OperatorProcess,
     wait_condition: Callable[..., dict[str, Any]],
 ) -> None:
     cluster.apply(kimi("gone", **SMALL), namespace)
@@ -172,17 +223,21 @@ def test_deleting_the_resource_removes_every_child(
     cluster.kubectl("delete", "kk3d", "gone", "-n", namespace, "--wait=true")
 
     def all_gone() -> bool:
-        return (cluster.get("lws", "gone", namespace) is None
-                and cluster.get("service", "gone", namespace) is None
-                and cluster.get("podmonitor", "gone", namespace) is None
-                and not cluster.items("statefulsets", namespace)
-                and not pods_of(cluster, namespace, "gone"))
+        return (
+            cluster.get("lws", "gone", namespace) is None
+            and cluster.get("service", "gone", namespace) is None
+            and cluster.get("podmonitor", "gone", namespace) is None
+            and not cluster.items("statefulsets", namespace)
+            and not pods_of(cluster, namespace, "gone")
+        )
 
     wait_for(all_gone, 120, "garbage collection of every child")
 
 
 def test_restarted_operator_leaves_unchanged_children_alone(
-    cluster: Cluster, namespace: str, operator: OperatorProcess,
+    cluster: Cluster,
+    namespace: str,
+    operator: OperatorProcess,
     wait_condition: Callable[..., dict[str, Any]],
 ) -> None:
     cluster.apply(kimi("steady", **SMALL), namespace)
