@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import pathlib
 from collections.abc import Mapping
 from typing import Any
@@ -22,9 +23,22 @@ def spec_of(**sections: Mapping[str, Any] | int) -> KimiK3DeploymentSpec:
     return parse_spec(dict(sections))
 
 
+FIXTURES = ROOT / "operator" / "tests" / "fixtures"
+
+
+def probe_report(platform: str = "nvidia") -> dict[str, Any]:
+    """What the real probe printed for vllm 0.33.0 (the vllm tier checks it has not drifted)."""
+    loaded: dict[str, Any] = json.loads(
+        (FIXTURES / f"probe-report-vllm-0.33.0-{platform}.json").read_text()
+    )
+    return loaded
+
+
 def resource(
     name: str = "k3", namespace: str = "llm", generation: int = 1, **spec: Any
 ) -> dict[str, Any]:
+    """A stored KimiK3Deployment; the image probe is off unless the spec turns it on."""
+    spec.setdefault("preflight", {"probe": False})
     return {
         "apiVersion": "serving.kimik3.io/v1alpha1",
         "kind": "KimiK3Deployment",

@@ -33,7 +33,13 @@ def test_first_reconcile_applies_children_and_status(kube: FakeKube) -> None:
     assert status["endpoint"] == "http://k3.llm.svc:8000"
     assert status["selector"] == "app.kubernetes.io/instance=k3,app.kubernetes.io/component=leader"
     assert status["speculative"]["drafter"] == "RedHatAI/Kimi-K3-speculator.dspark"
-    assert {c["type"] for c in status["conditions"]} == {"Progressing", "Available", "Degraded"}
+    assert {c["type"] for c in status["conditions"]} == {
+        "CapabilitiesVerified",
+        "DrafterPaired",
+        "Progressing",
+        "Available",
+        "Degraded",
+    }
     assert "Degraded=False/AsExpected" in result.events
 
 
@@ -51,7 +57,7 @@ def test_changed_spec_reapplies_only_what_changed(kube: FakeKube) -> None:
     reconcile(kube, stored(kube, resource()), clock)
     kube.writes.clear()
     body = kube.get("serving.kimik3.io/v1alpha1", "KimiK3Deployment", "k3", "llm")
-    body["spec"] = {"engine": {"image": "vllm/vllm-openai:v0.34.0"}}
+    body["spec"] = {"preflight": {"probe": False}, "engine": {"image": "vllm/vllm-openai:v0.34.0"}}
     body["metadata"]["generation"] = 2
     result = reconcile(kube, body, clock)
     assert result.applied == ["LeaderWorkerSet/k3"]
@@ -61,7 +67,7 @@ def test_removed_field_is_reapplied(kube: FakeKube) -> None:
     reconcile(kube, stored(kube, resource(placement={"nodeSelector": {"pool": "a"}})), clock)
     kube.writes.clear()
     body = kube.get("serving.kimik3.io/v1alpha1", "KimiK3Deployment", "k3", "llm")
-    body["spec"] = {}
+    body["spec"] = {"preflight": {"probe": False}}
     result = reconcile(kube, body, clock)
     assert result.applied == ["LeaderWorkerSet/k3"]
 
@@ -83,7 +89,7 @@ def test_invalid_update_leaves_existing_children_alone(kube: FakeKube) -> None:
     reconcile(kube, stored(kube, resource()), clock)
     kube.writes.clear()
     body = kube.get("serving.kimik3.io/v1alpha1", "KimiK3Deployment", "k3", "llm")
-    body["spec"] = {"drafter": {"draftTensorParallelSize": 3}}
+    body["spec"] = {"preflight": {"probe": False}, "drafter": {"draftTensorParallelSize": 3}}
     result = reconcile(kube, body, clock)
     assert result.invalid
     assert {w[0] for w in kube.writes} <= {"patch_status", "create"}
@@ -107,7 +113,7 @@ def test_without_prometheus_operator_no_pod_monitor() -> None:
 def test_turning_the_pod_monitor_off_deletes_it(kube: FakeKube) -> None:
     reconcile(kube, stored(kube, resource()), clock)
     body = kube.get("serving.kimik3.io/v1alpha1", "KimiK3Deployment", "k3", "llm")
-    body["spec"] = {"monitoring": {"podMonitor": False}}
+    body["spec"] = {"preflight": {"probe": False}, "monitoring": {"podMonitor": False}}
     result = reconcile(kube, body, clock)
     assert result.deleted == ["PodMonitor/k3"]
 

@@ -64,11 +64,6 @@ def test_group_size_follows_the_gpu_count(
             "remove drafter.repo",
         ),
         (
-            {"engine": {"extraArgs": ["--tensor-parallel-size=8"]}},
-            "spec.engine.extraArgs[0]",
-            "spec field",
-        ),
-        (
             {"model": {"source": {"pvc": {"claimName": ""}}}},
             "spec.model.source.pvc.claimName",
             "claim",

@@ -12,6 +12,7 @@ PLURAL: Final = "kimik3deployments"
 
 FIELD_MANAGER: Final = "kimik3-operator"
 SPEC_HASH_ANNOTATION: Final = f"{GROUP}/spec-hash"
+PROBE_KEY_LABEL: Final = f"{GROUP}/probe-key"
 OPERATOR_NAME: Final = "kimik3-operator"
 
 LWS_GROUP: Final = "leaderworkerset.x-k8s.io"
@@ -70,6 +71,7 @@ class Reason:
     UNSCHEDULABLE: Final = "Unschedulable"
     APPLY_FAILED: Final = "ApplyFailed"
     PREFLIGHT_FAILED: Final = "PreflightFailed"
+    WAITING_FOR_PREFLIGHT: Final = "WaitingForPreflight"
 
 
 # Flags the operator generates; extraArgs may not set them (the CRD rejects them too).

@@ -22,5 +22,9 @@ def preflight_job(name: str, cache_key: str) -> str:
     return f"{name[:40]}-preflight-{digest}"
 
 
+def probe_config_map(name: str) -> str:
+    return f"{name[:40]}-preflight-probe"
+
+
 def endpoint(name: str, namespace: str, port: int) -> str:
     return f"http://{service(name)}.{namespace}.svc:{port}"

@@ -17,12 +17,16 @@ from kimik3_operator.api import names
 from kimik3_operator.api.constants import ConditionType, Reason
 from kimik3_operator.api.spec import KimiK3DeploymentSpec, SpecError, parse_spec
 from kimik3_operator.builders.children import build_children
-from kimik3_operator.builders.common import Owner, selector_labels
+from kimik3_operator.builders.common import Owner, selector_labels, with_spec_hash
+from kimik3_operator.builders.probe import build_probe_config_map, build_probe_job, probe_key
 from kimik3_operator.conditions import Condition, changed, now_rfc3339, set_condition
 from kimik3_operator.handlers.apply import needs_apply
 from kimik3_operator.kube import Kube, KubeError, Obj
 from kimik3_operator.observe import Observation, gpu_inventory, invalid_spec, observe
+from kimik3_operator.preflight.gate import Gate, evaluate, gated_observation
 from kimik3_operator.preflight.pairing import resolve_drafter
+from kimik3_operator.preflight.probe import ProbeState, probe_state
+from kimik3_operator.preflight.table import load_table
 
 log = logging.getLogger(__name__)
 CRD_API = "apiextensions.k8s.io/v1"
@@ -80,8 +84,9 @@ def _reconcile(kube: Kube, body: Mapping[str, Any], clock: Callable[[], str]) ->
         _write_status(kube, body, None, observation, result, clock)
         return result
 
+    gate = _preflight(kube, spec, owner, body, result, clock)
     lws_installed = _crd_exists(kube, c.LWS_CRD)
-    if lws_installed:
+    if lws_installed and gate.deploy:
         pod_monitor_installed = _crd_exists(kube, c.PODMONITOR_CRD)
         children = build_children(spec, owner, pod_monitor_available=pod_monitor_installed)
         try:
@@ -108,7 +113,7 @@ def _reconcile(kube: Kube, body: Mapping[str, Any], clock: Callable[[], str]) ->
                 ),
                 Reason.APPLY_FAILED,
             )
-            _write_status(kube, body, spec, observation, result, clock)
+            _write_status(kube, body, spec, observation, result, clock, gate)
             raise
     lws = (
         kube.get(LWS_API, "LeaderWorkerSet", names.leader_worker_set(owner.name), owner.namespace)
@@ -124,8 +129,42 @@ def _reconcile(kube: Kube, body: Mapping[str, Any], clock: Callable[[], str]) ->
             spec,
         )
         observation = observe(spec, lws_crd_installed=True, lws=lws, pods=pods, gpus=gpus)
-    _write_status(kube, body, spec, observation, result, clock)
+    _write_status(kube, body, spec, gated_observation(observation, gate), result, clock, gate)
     return result
+
+
+def _preflight(
+    kube: Kube,
+    spec: KimiK3DeploymentSpec,
+    owner: Owner,
+    body: Mapping[str, Any],
+    result: ReconcileResult,
+    clock: Callable[[], str],
+) -> Gate:
+    """The static stage, then (when asked and not already failed) the image probe."""
+    table = load_table()
+    if spec.preflight.mode == "Disabled" or not spec.preflight.probe:
+        return evaluate(spec, table, clock())
+    static = evaluate(spec, table, clock())
+    if static.failed:
+        return static
+    key = probe_key(spec)
+    stored = ((body.get("status") or {}).get("capabilities") or {}).get("probe") or {}
+    if stored.get("key") == key and stored.get("report"):
+        state = ProbeState("Done", "Probed", "recorded", stored["report"])
+        return evaluate(spec, table, clock(), state, key)
+    _apply_children(
+        kube,
+        [
+            with_spec_hash(build_probe_config_map(owner)),
+            with_spec_hash(build_probe_job(spec, owner)),
+        ],
+        result,
+    )
+    job = kube.get("batch/v1", "Job", names.preflight_job(owner.name, key), owner.namespace)
+    pods = kube.list("v1", "Pod", owner.namespace, label_selector=f"{c.PROBE_KEY_LABEL}={key}")
+    state = probe_state(job, pods, spec.engine.image)
+    return evaluate(spec, table, clock(), state, key)
 
 
 def _crd_exists(kube: Kube, name: str) -> bool:
@@ -163,12 +202,13 @@ def desired_status(
     spec: KimiK3DeploymentSpec | None,
     observation: Observation,
     now: str,
+    gate: Gate | None = None,
 ) -> dict[str, Any]:
     meta = body["metadata"]
     current: Mapping[str, Any] = body.get("status") or {}
     generation = int(meta.get("generation", 0) or 0)
     conditions: list[dict[str, Any]] = [dict(x) for x in current.get("conditions", []) or []]
-    for condition in observation.conditions:
+    for condition in _all_conditions(observation, gate):
         conditions = set_condition(conditions, condition, generation, now)
     status: dict[str, Any] = {
         "observedGeneration": generation,
@@ -189,7 +229,23 @@ def desired_status(
                 "speculative": _speculative(spec, current.get("speculative") or {}),
             }
         )
+    if gate is not None:
+        status["capabilities"] = _keep_checked_at(current.get("capabilities") or {}, gate.status)
     return status
+
+
+def _all_conditions(observation: Observation, gate: Gate | None) -> tuple[Condition, ...]:
+    return (gate.conditions if gate is not None else ()) + observation.conditions
+
+
+def _keep_checked_at(current: Mapping[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """Unchanged capabilities keep their checkedAt, so a no-op reconcile writes nothing."""
+    same = {k: v for k, v in current.items() if k != "checkedAt"} == {
+        k: v for k, v in new.items() if k != "checkedAt"
+    }
+    if same and "checkedAt" in current:
+        return {**new, "checkedAt": current["checkedAt"]}
+    return new
 
 
 def _speculative(spec: KimiK3DeploymentSpec, current: Mapping[str, Any]) -> dict[str, Any]:
@@ -223,17 +279,18 @@ def _write_status(
     observation: Observation,
     result: ReconcileResult,
     clock: Callable[[], str],
+    gate: Gate | None = None,
 ) -> None:
     meta = body["metadata"]
     current: Mapping[str, Any] = body.get("status") or {}
-    status = desired_status(body, spec, observation, clock())
+    status = desired_status(body, spec, observation, clock(), gate)
     delta = status_delta(current, status)
     if not delta:
         return
     kube.patch_status(c.API_VERSION, c.KIND, meta["name"], meta["namespace"], delta)
     result.status_written = True
     old_conditions = current.get("conditions", []) or []
-    for condition in observation.conditions:
+    for condition in _all_conditions(observation, gate):
         if changed(old_conditions, condition):
             _post_event(kube, body, condition, clock())
             result.events.append(f"{condition.type}={condition.status}/{condition.reason}")

@@ -24,6 +24,11 @@ FindingStatus = Literal["Pass", "Fail", "Unknown"]
 CAPABILITIES = ConditionType.CAPABILITIES_VERIFIED
 DRAFTER = ConditionType.DRAFTER_PAIRED
 DRAFTER_ARCHITECTURE = {"dspark": "K3DSparkModel", "mtp": "KimiK3MTPModel"}
+TARGET_ARCHITECTURES = (
+    "KimiLinearForCausalLM",
+    "KimiK3ForConditionalGeneration",
+    "KimiK31ForConditionalGeneration",
+)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,119 @@
+"""The image probe: a ConfigMap holding the probe script and a CPU-only Job in the exact
+serving image that runs it. One Job per (image, platform, architecture, model revision,
+drafter revision): its name carries a hash of them, so an unchanged key reuses its result."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from importlib import resources
+from typing import Any
+
+from kimik3_operator.api import constants as c
+from kimik3_operator.api import names
+from kimik3_operator.api.spec import KimiK3DeploymentSpec
+from kimik3_operator.builders.command import MODEL_MOUNT, model_location
+from kimik3_operator.builders.common import Owner, labels, metadata
+from kimik3_operator.preflight.pairing import resolve_drafter
+from kimik3_operator.preflight.rules import TARGET_ARCHITECTURES
+
+SCRIPT_KEY = "probe.py"
+SCRIPT_MOUNT = "/probe"
+DEADLINE_SECONDS = 900
+
+
+def probe_script() -> str:
+    return resources.files("kimik3_operator.preflight").joinpath("probe_script.py").read_text()
+
+
+def probe_request(spec: KimiK3DeploymentSpec) -> dict[str, Any]:
+    """What the probe is asked: the platform, the architectures, where the configs are."""
+    target: dict[str, Any] = {"repo": spec.model.repo, "revision": spec.model.revision}
+    if spec.model.source.pvc is not None:
+        target = {"path": model_location(spec)}
+    drafter = resolve_drafter(spec)
+    drafter_location = (
+        {"repo": drafter.repo, "revision": drafter.revision}
+        if drafter is not None and drafter.repo
+        else {}
+    )
+    return {
+        "platform": spec.engine.platform,
+        "architectures": sorted(set(TARGET_ARCHITECTURES) | {spec.model.architecture}),
+        "target": target,
+        "drafter": drafter_location,
+    }
+
+
+def probe_key(spec: KimiK3DeploymentSpec) -> str:
+    material = json.dumps(
+        {"image": spec.engine.image, "request": probe_request(spec)}, sort_keys=True
+    )
+    return hashlib.sha256(material.encode()).hexdigest()[:16]
+
+
+def build_probe_config_map(owner: Owner) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": metadata(owner, names.probe_config_map(owner.name), c.COMPONENT_PREFLIGHT),
+        "data": {SCRIPT_KEY: probe_script()},
+    }
+
+
+def build_probe_job(spec: KimiK3DeploymentSpec, owner: Owner) -> dict[str, Any]:
+    key = probe_key(spec)
+    pod_labels = {**labels(owner, c.COMPONENT_PREFLIGHT), c.PROBE_KEY_LABEL: key}
+    env: list[dict[str, Any]] = [{"name": "HF_HOME", "value": "/tmp/hf"}]
+    ref = spec.model.hf_token_secret_ref
+    if ref is not None:
+        env.append(
+            {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}}
+        )
+    mounts: list[dict[str, Any]] = [{"name": "probe", "mountPath": SCRIPT_MOUNT, "readOnly": True}]
+    volumes: list[dict[str, Any]] = [
+        {"name": "probe", "configMap": {"name": names.probe_config_map(owner.name)}}
+    ]
+    pvc = spec.model.source.pvc
+    if pvc is not None:
+        mounts.append({"name": "model", "mountPath": MODEL_MOUNT, "readOnly": True})
+        volumes.append(
+            {
+                "name": "model",
+                "persistentVolumeClaim": {"claimName": pvc.claim_name, "readOnly": True},
+            }
+        )
+    meta = metadata(owner, names.preflight_job(owner.name, key), c.COMPONENT_PREFLIGHT)
+    meta["labels"][c.PROBE_KEY_LABEL] = key
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": meta,
+        "spec": {
+            "backoffLimit": 0,
+            "activeDeadlineSeconds": DEADLINE_SECONDS,
+            "template": {
+                "metadata": {"labels": pod_labels},
+                "spec": {
+                    "restartPolicy": "Never",
+                    # CPU only: no GPU request, no GPU toleration, no GPU node selector.
+                    "containers": [
+                        {
+                            "name": "probe",
+                            "image": spec.engine.image,
+                            "command": ["python3", f"{SCRIPT_MOUNT}/{SCRIPT_KEY}"],
+                            "args": [json.dumps(probe_request(spec), sort_keys=True)],
+                            "env": env,
+                            "resources": {
+                                "requests": {"cpu": "1", "memory": "4Gi"},
+                                "limits": {"memory": "8Gi"},
+                            },
+                            "volumeMounts": mounts,
+                            "terminationMessagePolicy": "File",
+                        }
+                    ],
+                    "volumes": volumes,
+                },
+            },
+        },
+    }

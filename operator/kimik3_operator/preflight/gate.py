@@ -1,0 +1,148 @@
+"""The preflight verdict for one spec: conditions, status.capabilities, and whether GPU pods
+may be created. Pure: the reconcile reads the probe and passes its state in."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kimik3_operator.api.constants import ConditionType, Reason
+from kimik3_operator.api.spec import KimiK3DeploymentSpec
+from kimik3_operator.conditions import Condition
+from kimik3_operator.observe import Observation
+from kimik3_operator.preflight.facts import drafter_facts, target_facts
+from kimik3_operator.preflight.probe import ProbeState
+from kimik3_operator.preflight.report import (
+    capabilities_condition,
+    capabilities_status,
+    drafter_condition,
+)
+from kimik3_operator.preflight.rules import Facts, Finding, run_rules
+from kimik3_operator.preflight.table import CapabilityTable
+
+
+@dataclass(frozen=True)
+class Gate:
+    findings: tuple[Finding, ...]
+    capabilities: Condition
+    drafter: Condition
+    status: dict[str, Any]
+    deploy: bool
+
+    @property
+    def conditions(self) -> tuple[Condition, Condition]:
+        return self.capabilities, self.drafter
+
+    @property
+    def failed(self) -> bool:
+        return "False" in (self.capabilities.status, self.drafter.status)
+
+
+def probed_facts(table: CapabilityTable, report: Mapping[str, Any]) -> Facts:
+    release = {
+        key: report.get(key) for key in ("dspark", "drafters", "checksAuxHiddenStatesOverPP")
+    }
+    return Facts(
+        table,
+        target=target_facts(report.get("targetConfig"), "the target's config.json (probe)"),
+        drafter=drafter_facts(report.get("drafterConfig"), "the drafter's config.json (probe)"),
+        probed=dict(report.get("architectures") or {}),
+        probed_release=release,
+    )
+
+
+def evaluate(
+    spec: KimiK3DeploymentSpec,
+    table: CapabilityTable,
+    now: str,
+    probe: ProbeState | None = None,
+    probe_key: str = "",
+) -> Gate:
+    mode = spec.preflight.mode
+    if mode == "Disabled":
+        capabilities = Condition(
+            ConditionType.CAPABILITIES_VERIFIED,
+            "Unknown",
+            "PreflightDisabled",
+            "spec.preflight.mode is Disabled",
+        )
+        findings: list[Finding] = []
+        return Gate(
+            (),
+            capabilities,
+            drafter_condition(spec, findings),
+            capabilities_status(spec, Facts(table), "None", now),
+            deploy=True,
+        )
+    facts = Facts(table)
+    source = "Table"
+    if probe is not None and probe.phase == "Done" and probe.report is not None:
+        facts = probed_facts(table, probe.report)
+        source = "Probe"
+    findings = run_rules(spec, facts)
+    capabilities = capabilities_condition(findings, source)
+    if probe is not None and probe.phase != "Done" and capabilities.status != "False":
+        capabilities = Condition(
+            ConditionType.CAPABILITIES_VERIFIED,
+            "False" if probe.phase == "Failed" else "Unknown",
+            probe.reason,
+            probe.message,
+        )
+    drafter = drafter_condition(spec, findings)
+    status = capabilities_status(spec, facts, source, now)
+    if probe is not None and probe.phase == "Done" and probe.report is not None:
+        status["probe"] = {"key": probe_key, "report": probe.report}
+    deploy = mode == "Warn" or (capabilities.status == "True" and drafter.status == "True")
+    return Gate(tuple(findings), capabilities, drafter, status, deploy)
+
+
+def gated_observation(observation: Observation, gate: Gate) -> Observation:
+    """Progressing, Available and Degraded as the preflight leaves them."""
+    if gate.deploy and not gate.failed:
+        return observation
+    blocking = gate.capabilities if gate.capabilities.status != "True" else gate.drafter
+    by_type = {c.type: c for c in observation.conditions}
+    available = by_type[ConditionType.AVAILABLE]
+    degraded = by_type[ConditionType.DEGRADED]
+    progressing = by_type[ConditionType.PROGRESSING]
+    summary = observation.summary_reason
+    if gate.failed and degraded.status != "True":
+        degraded = Condition(
+            ConditionType.DEGRADED,
+            "True",
+            Reason.PREFLIGHT_FAILED,
+            f"{blocking.type}={blocking.status} ({blocking.reason}): {blocking.message}",
+        )
+    if not gate.deploy:
+        kept = (
+            " The running LeaderWorkerSet keeps the last spec that passed."
+            if observation.ready_replicas
+            else ""
+        )
+        if gate.failed:
+            progressing = Condition(
+                ConditionType.PROGRESSING,
+                "False",
+                Reason.PREFLIGHT_FAILED,
+                f"no GPU pod is created for this spec: {blocking.type} is "
+                f"False ({blocking.reason}); fix the spec.{kept}",
+            )
+        else:
+            progressing = Condition(
+                ConditionType.PROGRESSING,
+                "True",
+                Reason.WAITING_FOR_PREFLIGHT,
+                f"no GPU pod is created until {blocking.type} is True: {blocking.message}.{kept}",
+            )
+        if available.status != "True":
+            available = Condition(
+                ConditionType.AVAILABLE, "False", blocking.reason, blocking.message
+            )
+            summary = blocking.reason
+    return Observation(
+        observation.ready_replicas,
+        (progressing, available, degraded),
+        summary,
+        observation.problems,
+    )

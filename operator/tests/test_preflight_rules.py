@@ -1,0 +1,355 @@
+"""Every preflight rule, passing and failing, and a table over releases x platforms x
+architectures x methods x PP/DCP."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import pytest
+from conftest import spec_of
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from kimik3_operator.api.spec import SpecError, parse_spec
+from kimik3_operator.preflight.facts import drafter_facts, target_facts
+from kimik3_operator.preflight.report import verdict
+from kimik3_operator.preflight.rules import Facts, Finding, run_rules
+from kimik3_operator.preflight.table import load_table, parse_version, resolve_version
+
+TABLE = load_table()
+DSPARK_DRAFTER = {
+    "architectures": ["K3DSparkModel"],
+    "model_type": "k3_dspark",
+    "vocab_size": 163840,
+    "draft_vocab_size": 163840,
+    "n_predict": 4,
+    "target_layer_ids": [2, 23, 47, 71, 89],
+    "num_target_layers": 5,
+}
+
+
+def run(facts: Facts | None = None, **spec: Any) -> list[Finding]:
+    return run_rules(spec_of(**spec), facts or Facts(TABLE))
+
+
+def fails(findings: list[Finding]) -> dict[str, Finding]:
+    return {f.reason: f for f in findings if f.status == "Fail"}
+
+
+def image(version: str) -> dict[str, str]:
+    return {"image": f"vllm/vllm-openai:v{version}"}
+
+
+def test_default_spec_passes() -> None:
+    findings = run()
+    assert verdict(findings) == "Pass"
+    assert {f.id for f in findings} >= {
+        "vllm-version",
+        "architecture",
+        "target-eagle3",
+        "tensor-heads",
+        "whole-nodes",
+        "method-explicit",
+    }
+
+
+def test_version_from_tag_or_field() -> None:
+    assert resolve_version("", "vllm/vllm-openai:v0.33.0").version == (0, 33, 0)
+    assert resolve_version("0.30.0", "registry:5000/vllm:latest").version == (0, 30, 0)
+    assert resolve_version("", "vllm/vllm-openai:0.31.0-cu128").version == (0, 31, 0)
+    assert resolve_version("", "vllm/vllm-openai@sha256:abc").version is None
+    assert resolve_version("", "vllm/vllm-openai").version is None
+
+
+@pytest.mark.parametrize(
+    "img", ["vllm/vllm-openai:latest", "vllm/vllm-openai@sha256:0f", "vllm/vllm-openai:nightly"]
+)
+def test_untellable_version_needs_the_probe(img: str) -> None:
+    findings = run(engine={"image": img})
+    assert verdict(findings) == "NeedsProbe"
+    unknown = next(f for f in findings if f.status == "Unknown")
+    assert unknown.reason == "VersionUnknown"
+    assert "spec.engine.image" in unknown.message and "spec.engine.version" in unknown.message
+
+
+def test_newer_than_the_table_needs_the_probe() -> None:
+    findings = run(engine=image("0.35.0"))
+    assert verdict(findings) == "NeedsProbe"
+    assert any(f.reason == "VersionNotInTable" for f in findings)
+
+
+def test_patch_release_not_in_the_table_is_not_a_silent_pass() -> None:
+    assert verdict(run(engine=image("0.33.1"))) == "NeedsProbe"
+
+
+@pytest.mark.parametrize("old", ["0.26.0", "0.27.0", "0.20.1"])
+def test_releases_before_kimi_k3_fail(old: str) -> None:
+    failed = fails(run(engine=image(old)))
+    assert "VLLMTooOld" in failed
+    assert "Kimi-Linear" in failed["VLLMTooOld"].message
+    assert "0.27.1" in failed["VLLMTooOld"].message
+
+
+def test_k31_architecture_only_from_0_34() -> None:
+    failed = fails(
+        run(engine=image("0.33.0"), model={"architecture": "KimiK31ForConditionalGeneration"})
+    )
+    assert "ArchitectureNotRegistered" in failed
+    assert "v0.34.0" in failed["ArchitectureNotRegistered"].message
+    assert (
+        verdict(
+            run(engine=image("0.34.0"), model={"architecture": "KimiK31ForConditionalGeneration"})
+        )
+        == "Pass"
+    )
+
+
+def test_text_class_lacks_eagle3_on_0_27_1_nvidia() -> None:
+    failed = fails(run(engine=image("0.27.1")))
+    message = failed["TargetLacksEagle3"].message
+    assert "spec.drafter.method='dspark'" in message
+    assert "vLLM 0.28.0 fixed it on nvidia" in message
+    assert "vllm/vllm-openai:v0.28.0" in message
+
+
+def test_amd_text_class_lacks_eagle3_with_alternatives() -> None:
+    failed = fails(
+        run(
+            engine={**image("0.34.0"), "platform": "amd"},
+            drafter={"method": "eagle3", "repo": "me/eagle3"},
+        )
+    )
+    message = failed["TargetLacksEagle3"].message
+    assert "no vLLM release up to 0.34.0" in message
+    assert "KimiK3ForConditionalGeneration" in message and "--language-model-only" in message
+    assert "mtp or none" in message
+
+
+def test_dspark_has_no_amd_implementation() -> None:
+    failed = fails(
+        run(
+            engine={**image("0.33.0"), "platform": "amd"},
+            model={"architecture": "KimiK3ForConditionalGeneration"},
+        )
+    )
+    assert "DrafterNotImplementedOnPlatform" in failed
+    assert "TargetLacksEagle3" not in failed  # the multimodal class declares it on AMD
+
+
+def test_mtp_and_none_need_no_eagle3() -> None:
+    for method in ("mtp", "none"):
+        assert verdict(run(engine={**image("0.27.1")}, drafter={"method": method})) == "Pass"
+        assert (
+            verdict(run(engine={**image("0.33.0"), "platform": "amd"}, drafter={"method": method}))
+            == "Pass"
+        )
+
+
+@pytest.mark.parametrize(
+    ("version", "refused"),
+    [("0.28.0", True), ("0.29.0", True), ("0.30.0", False), ("0.34.0", False)],
+)
+def test_dspark_with_pipeline_parallelism(version: str, refused: bool) -> None:
+    failed = fails(run(engine=image(version), parallelism={"tensor": 8, "pipeline": 2}))
+    assert ("DSparkRefusesPipelineParallel" in failed) is refused
+    if refused:
+        assert "v0.30.0" in failed["DSparkRefusesPipelineParallel"].message
+
+
+def test_amd_multimodal_cannot_pass_aux_states_over_pp() -> None:
+    failed = fails(
+        run(
+            engine={**image("0.33.0"), "platform": "amd"},
+            model={"architecture": "KimiK3ForConditionalGeneration"},
+            drafter={"method": "eagle3", "repo": "me/e3"},
+            parallelism={"tensor": 8, "pipeline": 2},
+        )
+    )
+    assert "TargetLacksAuxHiddenStatesOverPP" in failed
+
+
+@pytest.mark.parametrize(
+    ("version", "refused"), [("0.27.1", True), ("0.28.0", True), ("0.29.0", False)]
+)
+def test_dspark_with_decode_context_parallelism(version: str, refused: bool) -> None:
+    findings = run(
+        engine=image(version), parallelism={"decodeContext": 2}, drafter={"method": "dspark"}
+    )
+    assert ("DSparkRefusesDecodeContextParallel" in fails(findings)) is refused
+
+
+def test_tensor_size_must_divide_heads_and_lists_valid_sizes() -> None:
+    failed = fails(run(parallelism={"tensor": 64}))
+    message = failed["TensorSizeDoesNotDivideHeads"].message
+    assert "spec.parallelism.tensor=64" in message and "96 attention heads" in message
+    assert "[1, 2, 3, 4, 6, 8, 16, 24, 32, 48, 96]" in message
+
+
+def test_heads_from_config_json() -> None:
+    facts = Facts(TABLE, target=target_facts({"text_config": {"num_attention_heads": 64}}))
+    assert "TensorSizeDoesNotDivideHeads" not in fails(run(facts, parallelism={"tensor": 64}))
+    assert "TensorSizeDoesNotDivideHeads" in fails(run(facts, parallelism={"tensor": 24}))
+
+
+def test_experts_divide_by_expert_parallel_size() -> None:
+    assert "ExpertsNotDivisible" not in fails(run(parallelism={"tensor": 16, "expert": True}))
+    facts = Facts(TABLE, target=target_facts({"num_experts": 900, "num_attention_heads": 96}))
+    failed = fails(run(facts, parallelism={"tensor": 16, "expert": True}))
+    assert "900 experts" in failed["ExpertsNotDivisible"].message
+
+
+def test_extra_args_cannot_override_owned_flags() -> None:
+    failed = fails(run(engine={"extraArgs": ["--max-num-seqs", "5", "--port=9000"]}))
+    assert "spec.engine.extraArgs[2]" in failed["ExtraArgsOverrideOwnedFlag"].message
+    assert verdict(run(engine={"extraArgs": ["--max-num-seqs", "5"]})) == "Pass"
+
+
+def test_drafter_not_found_for_an_unknown_target() -> None:
+    failed = fails(run(model={"repo": "someone/Kimi-K3-finetune"}))
+    assert failed["DrafterNotFound"].condition == "DrafterPaired"
+    assert "set drafter.repo" in failed["DrafterNotFound"].message
+
+
+def test_drafter_config_checks() -> None:
+    good = Facts(TABLE, drafter=drafter_facts(DSPARK_DRAFTER, "drafter"))
+    assert verdict(run(good)) == "Pass"
+    wrong_arch = Facts(
+        TABLE, drafter=drafter_facts({**DSPARK_DRAFTER, "architectures": ["LlamaForCausalLM"]})
+    )
+    assert "DrafterArchitectureMismatch" in fails(run(wrong_arch))
+    vocab = Facts(TABLE, drafter=drafter_facts({**DSPARK_DRAFTER, "draft_vocab_size": 32000}))
+    assert "DrafterVocabularyMismatch" in fails(run(vocab))
+    layers = Facts(TABLE, drafter=drafter_facts({**DSPARK_DRAFTER, "num_target_layers": 4}))
+    assert "DrafterTargetLayersInvalid" in fails(run(layers))
+    empty = Facts(TABLE, drafter=drafter_facts({**DSPARK_DRAFTER, "target_layer_ids": []}))
+    assert "DrafterTargetLayersInvalid" in fails(run(empty))
+    beyond = Facts(
+        TABLE, target=target_facts({"num_hidden_layers": 80}), drafter=drafter_facts(DSPARK_DRAFTER)
+    )
+    assert "DrafterTargetLayersInvalid" in fails(run(beyond))
+    tokens = fails(run(good, drafter={"numSpeculativeTokens": 6}))
+    assert "n_predict=4" in tokens["SpeculativeTokensNotDivisible"].message
+
+
+def test_mtp_drafter_architecture() -> None:
+    facts = Facts(TABLE, drafter=drafter_facts({"architectures": ["K3DSparkModel"]}))
+    assert "DrafterArchitectureMismatch" in fails(run(facts, drafter={"method": "mtp"}))
+
+
+RELEASES = ["0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0", "0.34.0"]
+ARCHS = [
+    "KimiLinearForCausalLM",
+    "KimiK3ForConditionalGeneration",
+    "KimiK31ForConditionalGeneration",
+]
+METHODS = ["dspark", "eagle3", "mtp", "none"]
+
+
+def expected(version: str, platform: str, arch: str, method: str, pp: int, dcp: int) -> set[str]:
+    """The facts of the reference page, written out independently of the table."""
+    v = parse_version(version)
+    assert v is not None
+    reasons = set()
+    registered = not (arch == "KimiK31ForConditionalGeneration" and v < (0, 34, 0))
+    if not registered:
+        reasons.add("ArchitectureNotRegistered")
+    eagle_family = method in ("dspark", "eagle3")
+    text = arch == "KimiLinearForCausalLM"
+    if registered and eagle_family and text and (platform == "amd" or v < (0, 28, 0)):
+        reasons.add("TargetLacksEagle3")
+    if method == "dspark" and platform == "amd":
+        reasons.add("DrafterNotImplementedOnPlatform")
+    if registered and eagle_family and pp > 1:
+        if method == "dspark" and v < (0, 30, 0):
+            reasons.add("DSparkRefusesPipelineParallel")
+        elif v >= (0, 30, 0) and platform == "amd":
+            reasons.add("TargetLacksAuxHiddenStatesOverPP")
+    if method == "dspark" and dcp > 1 and v < (0, 29, 0):
+        reasons.add("DSparkRefusesDecodeContextParallel")
+    return reasons
+
+
+CASES = list(itertools.product(RELEASES, ["nvidia", "amd"], ARCHS, METHODS, [1, 2], [1, 2]))
+
+
+@pytest.mark.parametrize(("version", "platform", "arch", "method", "pp", "dcp"), CASES)
+def test_release_platform_architecture_method_table(
+    version: str, platform: str, arch: str, method: str, pp: int, dcp: int
+) -> None:
+    drafter: dict[str, Any] = {"method": method}
+    if method == "eagle3":
+        drafter["repo"] = "me/eagle3"
+    findings = run(
+        engine={**image(version), "platform": platform},
+        model={"architecture": arch},
+        drafter=drafter,
+        parallelism={"tensor": 8, "pipeline": pp, "decodeContext": dcp},
+    )
+    assert set(fails(findings)) == expected(version, platform, arch, method, pp, dcp)
+
+
+SPEC_STRATEGY = st.fixed_dictionaries(
+    {},
+    optional={
+        "replicas": st.integers(-2, 5),
+        "model": st.fixed_dictionaries(
+            {},
+            optional={
+                "repo": st.sampled_from(["moonshotai/Kimi-K3", "x/y", ""]),
+                "architecture": st.sampled_from(ARCHS + ["Nope"]),
+            },
+        ),
+        "drafter": st.fixed_dictionaries(
+            {},
+            optional={
+                "method": st.sampled_from(METHODS + ["dflash", "bogus"]),
+                "repo": st.sampled_from(["", "a/b"]),
+                "numSpeculativeTokens": st.integers(-1, 20),
+                "draftTensorParallelSize": st.integers(0, 32),
+            },
+        ),
+        "engine": st.fixed_dictionaries(
+            {},
+            optional={
+                "image": st.sampled_from(
+                    [
+                        "vllm/vllm-openai:v0.27.1",
+                        "v:latest",
+                        "x@sha256:1",
+                        "vllm/vllm-openai:v0.34.0",
+                        "vllm/vllm-openai:v9.9.9",
+                    ]
+                ),
+                "version": st.sampled_from(["", "0.26.0", "0.33.0", "garbage"]),
+                "platform": st.sampled_from(["nvidia", "amd"]),
+                "extraArgs": st.lists(st.sampled_from(["--port=1", "--max-num-seqs", "5"])),
+            },
+        ),
+        "parallelism": st.fixed_dictionaries(
+            {},
+            optional={
+                "tensor": st.integers(0, 70),
+                "pipeline": st.integers(0, 4),
+                "decodeContext": st.integers(0, 3),
+                "expert": st.booleans(),
+            },
+        ),
+        "placement": st.fixed_dictionaries({}, optional={"gpusPerNode": st.integers(0, 16)}),
+    },
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(SPEC_STRATEGY)
+def test_random_specs_never_crash_and_every_fail_names_a_field(raw: dict[str, Any]) -> None:
+    try:
+        spec = parse_spec(raw)
+    except SpecError as err:
+        assert err.path.startswith("spec")
+        return
+    for finding in run_rules(spec, Facts(TABLE)):
+        assert finding.status in ("Pass", "Fail", "Unknown")
+        if finding.status != "Pass":
+            assert finding.reason and finding.reason[0].isupper()
+            assert "spec." in finding.message or "drafter" in finding.message, finding
