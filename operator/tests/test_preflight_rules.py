@@ -7,10 +7,10 @@ import itertools
 from typing import Any
 
 import pytest
-from conftest import spec_of
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from conftest import spec_of
 from kimik3_operator.api.spec import SpecError, parse_spec
 from kimik3_operator.preflight.facts import drafter_facts, target_facts
 from kimik3_operator.preflight.report import verdict
@@ -297,13 +297,13 @@ SPEC_STRATEGY = st.fixed_dictionaries(
             {},
             optional={
                 "repo": st.sampled_from(["moonshotai/Kimi-K3", "x/y", ""]),
-                "architecture": st.sampled_from(ARCHS + ["Nope"]),
+                "architecture": st.sampled_from([*ARCHS, "Nope"]),
             },
         ),
         "drafter": st.fixed_dictionaries(
             {},
             optional={
-                "method": st.sampled_from(METHODS + ["dflash", "bogus"]),
+                "method": st.sampled_from([*METHODS, "dflash", "bogus"]),
                 "repo": st.sampled_from(["", "a/b"]),
                 "numSpeculativeTokens": st.integers(-1, 20),
                 "draftTensorParallelSize": st.integers(0, 32),
