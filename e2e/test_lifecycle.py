@@ -13,7 +13,12 @@ from typing import Any
 from e2e.conftest import Cluster, OperatorProcess, condition, describe, kimi, wait_for
 
 LWS_GROUP_LABEL = "leaderworkerset.sigs.k8s.io/group-index"
-SMALL = {"drafter": {"method": "dspark"}, "engine": {"image": "vllm/vllm-openai:v0.33.0"}}
+# The image probe runs a container, which KWOK cannot; test_preflight.py plays it explicitly.
+SMALL = {
+    "drafter": {"method": "dspark"},
+    "engine": {"image": "vllm/vllm-openai:v0.33.0"},
+    "preflight": {"probe": False},
+}
 
 
 def pods_of(cluster: Cluster, namespace: str, name: str) -> list[dict[str, Any]]:

@@ -4,10 +4,8 @@ intended sizes, rank, headless flag and speculative config (real vllm==0.33.0, C
 from __future__ import annotations
 
 import json
-import os
 import pathlib
 import subprocess
-from functools import cache
 from typing import Any
 
 import pytest
@@ -15,6 +13,8 @@ import pytest
 from kimik3_operator.api.spec import KimiK3DeploymentSpec, parse_spec
 from kimik3_operator.builders.children import build_children
 from kimik3_operator.builders.common import Owner
+
+from .helpers import vllm_python
 
 pytestmark = pytest.mark.vllm
 ROOT = pathlib.Path(__file__).resolve().parents[3]
@@ -46,18 +46,6 @@ SPECS: dict[str, dict[str, Any]] = {
         "engine": {"extraArgs": ["--max-num-seqs", "5"]},
     },
 }
-
-
-@cache
-def vllm_python() -> str:
-    """The cached vllm venv (built on first use by scripts/vllm-venv.sh)."""
-    explicit = os.environ.get("KIMIK3_VLLM_PYTHON")
-    if explicit:
-        return explicit
-    out = subprocess.run(
-        ["bash", str(ROOT / "scripts" / "vllm-venv.sh")], check=True, capture_output=True, text=True
-    )
-    return out.stdout.strip().splitlines()[-1]
 
 
 def commands(spec: KimiK3DeploymentSpec) -> dict[str, list[str]]:

@@ -1,0 +1,137 @@
+"""The preflight on the real control plane: refusal before any GPU pod, the fix that
+deploys, and the image probe as a real Job whose container's part the test plays (KWOK runs
+no container: the test writes the report the real probe printed for vllm 0.33.0, recorded in
+operator/tests/fixtures and checked against a live run in the vllm tier)."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+from collections.abc import Callable
+from typing import Any
+
+import yaml
+
+from e2e.conftest import Cluster, OperatorProcess, condition, describe, wait_for
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+REPORT = ROOT / "operator" / "tests" / "fixtures" / "probe-report-vllm-0.33.0-nvidia.json"
+
+
+def example(name: str) -> dict[str, Any]:
+    loaded: dict[str, Any] = yaml.safe_load((ROOT / "examples" / name).read_text())
+    return loaded
+
+
+def test_incompatible_example_is_refused_before_any_gpu_then_fixed(
+    cluster: Cluster,
+    namespace: str,
+    operator: OperatorProcess,
+    wait_condition: Callable[..., dict[str, Any]],
+) -> None:
+    bad = example("kimi-k3-text-dspark-old-vllm.yaml")
+    name = bad["metadata"]["name"]
+    cluster.apply(bad, namespace)
+    body = wait_condition(name, namespace, "CapabilitiesVerified", "False", "TargetLacksEagle3")
+    message = condition(body, "CapabilitiesVerified")["message"]
+    assert "vLLM 0.28.0 fixed it on nvidia" in message
+    assert body["status"]["reason"] == "TargetLacksEagle3"
+    assert condition(body, "DrafterPaired")["reason"] == "AutoPaired"
+    assert cluster.get("lws", name, namespace) is None
+    assert cluster.items("pods", namespace) == []
+    events = cluster.kubectl(
+        "get",
+        "events",
+        "-n",
+        namespace,
+        "--field-selector",
+        "reason=TargetLacksEagle3",
+        "-o",
+        "json",
+    ).stdout
+    assert json.loads(events)["items"], "a Warning event for the failure"
+    table = cluster.kubectl("get", "kk3d", name, "-n", namespace).stdout
+    assert "TargetLacksEagle3" in table
+
+    cluster.kubectl(
+        "patch",
+        "kk3d",
+        name,
+        "-n",
+        namespace,
+        "--type=merge",
+        "-p",
+        json.dumps(
+            {
+                "spec": {
+                    "engine": {"image": "vllm/vllm-openai:v0.33.0"},
+                    "preflight": {"probe": False},
+                }
+            }
+        ),
+    )
+    body = wait_condition(name, namespace, "Available", "True", "Available", timeout=120)
+    assert condition(body, "CapabilitiesVerified")["status"] == "True"
+    assert condition(body, "Degraded")["status"] == "False"
+
+
+def test_image_probe_job_then_report_then_deploy(
+    cluster: Cluster,
+    namespace: str,
+    operator: OperatorProcess,
+    wait_condition: Callable[..., dict[str, Any]],
+) -> None:
+    resource = example("kimi-k3-text-dspark.yaml")
+    name = resource["metadata"]["name"]
+    cluster.apply(resource, namespace)
+    wait_condition(name, namespace, "CapabilitiesVerified", "Unknown", timeout=60)
+    jobs = cluster.items("jobs", namespace)
+    assert len(jobs) == 1
+    job = jobs[0]
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    assert container["image"] == "vllm/vllm-openai:v0.33.0"
+    assert "nvidia.com/gpu" not in json.dumps(container.get("resources", {}))
+    assert cluster.get("lws", name, namespace) is None, "no GPU pod before the probe answers"
+
+    def finished_probe_pod() -> dict[str, Any] | None:
+        pods = cluster.items("pods", namespace, "app.kubernetes.io/component=preflight")
+        done = [p for p in pods if p["status"].get("phase") == "Succeeded"]
+        return done[0] if done else None
+
+    pod = wait_for(
+        finished_probe_pod,
+        60,
+        "the probe pod to finish",
+        lambda: describe(cluster, name, namespace),
+    )
+    report = json.dumps(json.loads(REPORT.read_text()), separators=(",", ":"))
+    terminated = {"exitCode": 0, "reason": "Completed", "message": report}
+    status = {
+        "containerStatuses": [
+            {
+                "name": "probe",
+                "image": container["image"],
+                "imageID": "",
+                "ready": False,
+                "restartCount": 0,
+                "state": {"terminated": terminated},
+            }
+        ]
+    }
+    cluster.kubectl(
+        "patch",
+        "pod",
+        pod["metadata"]["name"],
+        "-n",
+        namespace,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        json.dumps({"status": status}),
+    )
+    body = wait_condition(name, namespace, "Available", "True", "Available", timeout=120)
+    caps = body["status"]["capabilities"]
+    assert caps["source"] == "Probe"
+    assert caps["vllmVersion"] == "0.33.0"
+    assert caps["supportsEagle3"] is True
+    assert condition(body, "CapabilitiesVerified")["status"] == "True"

@@ -1,0 +1,99 @@
+"""The image probe script, run as a subprocess against the real vllm==0.33.0 on a CPU, gives
+the same answers as the capability table for that release, on nvidia and on amd."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import subprocess
+from typing import Any
+
+import pytest
+
+from kimik3_operator.api.spec import parse_spec
+from kimik3_operator.builders.probe import probe_request
+from kimik3_operator.preflight.table import load_table
+
+from .helpers import ROOT, vllm_python
+
+pytestmark = pytest.mark.vllm
+SCRIPT = ROOT / "operator" / "kimik3_operator" / "preflight" / "probe_script.py"
+FIXTURES = ROOT / "operator" / "tests" / "fixtures"
+
+
+def run_probe(platform: str, tmp: pathlib.Path) -> dict[str, Any]:
+    request = probe_request(parse_spec({"engine": {"platform": platform}}))
+    request["drafter"] = {"path": str(tmp / "drafter")}
+    request["target"] = {"path": str(tmp / "target")}
+    result = subprocess.run(
+        [vllm_python(), str(SCRIPT), json.dumps(request)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    report: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
+    return report
+
+
+@pytest.fixture(scope="module")
+def configs(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    """Small config.json files standing in for the checkpoints (no weights here)."""
+    tmp = tmp_path_factory.mktemp("checkpoints")
+    (tmp / "target").mkdir()
+    (tmp / "target" / "config.json").write_text(
+        json.dumps(
+            {
+                "model_type": "kimi_k3",
+                "architectures": ["KimiLinearForCausalLM"],
+                "text_config": {
+                    "model_type": "kimi_linear",
+                    "num_attention_heads": 96,
+                    "num_experts": 896,
+                    "vocab_size": 163840,
+                },
+            }
+        )
+    )
+    (tmp / "drafter").mkdir()
+    (tmp / "drafter" / "config.json").write_text(
+        json.dumps(
+            {
+                "architectures": ["K3DSparkModel"],
+                "model_type": "k3_dspark",
+                "vocab_size": 163840,
+                "draft_vocab_size": 163840,
+                "target_layer_ids": [2, 23, 47, 71, 89],
+                "num_target_layers": 5,
+            }
+        )
+    )
+    return tmp
+
+
+@pytest.mark.parametrize("platform", ["nvidia", "amd"])
+def test_probe_answers_like_the_table(platform: str, configs: pathlib.Path) -> None:
+    report = run_probe(platform, configs)
+    assert report["vllmVersion"] == "0.33.0"
+    assert report["errors"] == []
+    release = load_table().release((0, 33, 0))
+    assert release is not None
+    for arch, answers in report["architectures"].items():
+        table = release["architectures"][arch]["platforms"][platform]
+        assert {k: table[k] for k in answers} == answers, arch
+    assert set(report["architectures"]) == {
+        a for a, e in release["architectures"].items() if e["servesKimiK3"]
+    }
+    assert report["dspark"] == release["dspark"]
+    assert report["drafters"] == {
+        k: {"platforms": v["platforms"]} for k, v in release["drafters"].items()
+    }
+    assert report["checksAuxHiddenStatesOverPP"] == release["checksAuxHiddenStatesOverPP"]
+    assert report["targetConfig"]["num_attention_heads"] == 96
+    assert report["drafterConfig"]["architectures"] == ["K3DSparkModel"]
+    recorded = json.loads((FIXTURES / f"probe-report-vllm-0.33.0-{platform}.json").read_text())
+    live = {k: v for k, v in report.items() if k not in ("targetConfig", "drafterConfig")}
+    assert live == {
+        k: v for k, v in recorded.items() if k not in ("targetConfig", "drafterConfig")
+    }, "the recorded probe report the unit and end-to-end tests replay has drifted"
