@@ -21,13 +21,13 @@ $(VENV)/.installed: pyproject.toml
 venv: $(VENV)/.installed
 
 lint: venv
-	$(VENV)/bin/ruff check operator e2e
-	$(VENV)/bin/ruff format --check operator e2e
+	$(VENV)/bin/ruff check operator e2e bench
+	$(VENV)/bin/ruff format --check operator e2e bench
 	$(VENV)/bin/mypy
 
 fmt: venv
-	$(VENV)/bin/ruff format operator e2e
-	$(VENV)/bin/ruff check --fix operator e2e
+	$(VENV)/bin/ruff format operator e2e bench
+	$(VENV)/bin/ruff check --fix operator e2e bench
 
 unit: venv
 	$(PY) -m pytest -q -m "not vllm" operator/tests

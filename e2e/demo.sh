@@ -17,12 +17,16 @@ kubectl create namespace "$ns" --dry-run=client -o yaml | kubectl apply -f - >/d
 # The operator runs as a host process here (KWOK runs no containers); in a cluster it is the
 # Deployment of manifests/ or the Helm chart.
 if ! { [[ -f "$root/e2e/.run/operator.pid" ]] && kill -0 "$(cat "$root/e2e/.run/operator.pid")" 2>/dev/null; }; then
-  KIMIK3_RESYNC_SECONDS=5 KIMIK3_HEALTH_ENDPOINT=http://127.0.0.1:18080/healthz \
+  KIMIK3_NAMESPACES="$ns" KIMIK3_RESYNC_SECONDS=5 KIMIK3_HEALTH_ENDPOINT=http://127.0.0.1:18080/healthz \
     nohup "$python" -m kimik3_operator run > "$root/e2e/.run/operator.log" 2>&1 &
   echo $! > "$root/e2e/.run/operator.pid"
 fi
 
 kubectl apply -n "$ns" -f "$root/examples/kimi-k3-text-dspark.yaml"
+# The image probe runs first, as a CPU-only Job in the serving image. KWOK runs no
+# container: play the probe's part with the report the real probe gave for vllm 0.33.0.
+"$python" "$here/play_probe.py" "$ns"
+kubectl get -n "$ns" jobs
 echo "waiting for kimi-k3 to become Available..."
 kubectl wait -n "$ns" kk3d/kimi-k3 --for=condition=Available --timeout=180s
 echo

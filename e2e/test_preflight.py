@@ -6,16 +6,17 @@ operator/tests/fixtures and checked against a live run in the vllm tier)."""
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 from collections.abc import Callable
 from typing import Any
 
 import yaml
 
-from e2e.conftest import Cluster, OperatorProcess, condition, describe, wait_for
+from e2e.conftest import Cluster, OperatorProcess, condition
+from e2e.play_probe import play
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-REPORT = ROOT / "operator" / "tests" / "fixtures" / "probe-report-vllm-0.33.0-nvidia.json"
 
 
 def example(name: str) -> dict[str, Any]:
@@ -93,42 +94,9 @@ def test_image_probe_job_then_report_then_deploy(
     assert "nvidia.com/gpu" not in json.dumps(container.get("resources", {}))
     assert cluster.get("lws", name, namespace) is None, "no GPU pod before the probe answers"
 
-    def finished_probe_pod() -> dict[str, Any] | None:
-        pods = cluster.items("pods", namespace, "app.kubernetes.io/component=preflight")
-        done = [p for p in pods if p["status"].get("phase") == "Succeeded"]
-        return done[0] if done else None
-
-    pod = wait_for(
-        finished_probe_pod,
-        60,
-        "the probe pod to finish",
-        lambda: describe(cluster, name, namespace),
-    )
-    report = json.dumps(json.loads(REPORT.read_text()), separators=(",", ":"))
-    terminated = {"exitCode": 0, "reason": "Completed", "message": report}
-    status = {
-        "containerStatuses": [
-            {
-                "name": "probe",
-                "image": container["image"],
-                "imageID": "",
-                "ready": False,
-                "restartCount": 0,
-                "state": {"terminated": terminated},
-            }
-        ]
-    }
-    cluster.kubectl(
-        "patch",
-        "pod",
-        pod["metadata"]["name"],
-        "-n",
-        namespace,
-        "--subresource=status",
-        "--type=merge",
-        "-p",
-        json.dumps({"status": status}),
-    )
+    os.environ["KUBECONFIG"] = str(cluster.kubeconfig)
+    os.environ["PATH"] = cluster.env["PATH"]
+    play(namespace)
     body = wait_condition(name, namespace, "Available", "True", "Available", timeout=120)
     caps = body["status"]["capabilities"]
     assert caps["source"] == "Probe"

@@ -1,0 +1,81 @@
+"""Plays the image probe's container where KWOK runs none: waits for the probe pod of a
+namespace to finish, then writes, as its termination message, the report the real probe
+printed for vllm 0.33.0 (operator/tests/fixtures, checked against a live run in the vllm
+tier). Used by the demo and the end-to-end tests; never by the operator."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import time
+from typing import Any
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+REPORT = ROOT / "operator" / "tests" / "fixtures" / "probe-report-vllm-0.33.0-nvidia.json"
+
+
+def _kubectl(*args: str) -> str:
+    return subprocess.run(
+        ["kubectl", *args], check=True, capture_output=True, text=True, env=os.environ
+    ).stdout
+
+
+def finished_probe_pod(namespace: str) -> dict[str, Any] | None:
+    pods = json.loads(
+        _kubectl(
+            "get",
+            "pods",
+            "-n",
+            namespace,
+            "-l",
+            "app.kubernetes.io/component=preflight",
+            "-o",
+            "json",
+        )
+    )["items"]
+    done = [p for p in pods if p["status"].get("phase") == "Succeeded"]
+    return done[0] if done else None
+
+
+def play(namespace: str, timeout: float = 60) -> str:
+    deadline = time.monotonic() + timeout
+    pod = finished_probe_pod(namespace)
+    while pod is None:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no finished probe pod in {namespace} after {timeout}s")
+        time.sleep(0.5)
+        pod = finished_probe_pod(namespace)
+    report = json.dumps(json.loads(REPORT.read_text()), separators=(",", ":"))
+    container = pod["spec"]["containers"][0]
+    status = {
+        "containerStatuses": [
+            {
+                "name": container["name"],
+                "image": container["image"],
+                "imageID": "",
+                "ready": False,
+                "restartCount": 0,
+                "state": {"terminated": {"exitCode": 0, "reason": "Completed", "message": report}},
+            }
+        ]
+    }
+    name: str = pod["metadata"]["name"]
+    _kubectl(
+        "patch",
+        "pod",
+        name,
+        "-n",
+        namespace,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        json.dumps({"status": status}),
+    )
+    return name
+
+
+if __name__ == "__main__":
+    print(f"played the probe in pod {play(sys.argv[1])}")
