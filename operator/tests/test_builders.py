@@ -6,7 +6,6 @@ import json
 from typing import Any
 
 from conftest import spec_of
-
 from kimik3_operator.api.constants import SPEC_HASH_ANNOTATION
 from kimik3_operator.api.spec import KimiK3DeploymentSpec
 from kimik3_operator.builders.children import build_children

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 from conftest import spec_of
-
 from kimik3_operator.observe import GpuInventory, gpu_inventory, observe
 
 LWS: dict[str, Any] = {"status": {"replicas": 1, "updatedReplicas": 1}}
