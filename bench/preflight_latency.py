@@ -73,6 +73,7 @@ def main() -> int:
         "KUBECONFIG": str(KUBECONFIG),
         "KIMIK3_NAMESPACES": ns,
         "KIMIK3_HEALTH_ENDPOINT": "http://127.0.0.1:18099/healthz",
+        "KIMIK3_METRICS_PORT": "0",
     }
     operator = subprocess.Popen(
         [sys.executable, "-m", "kimik3_operator", "run"],

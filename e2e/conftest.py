@@ -136,11 +136,14 @@ class OperatorProcess:
 
     def start(self) -> None:
         health = f"http://127.0.0.1:{_free_port()}/healthz"
+        self.metrics_port = _free_port()
         env = {
             **self.cluster.env,
             "KIMIK3_NAMESPACES": self.namespace,
             "KIMIK3_RESYNC_SECONDS": "5",
             "KIMIK3_HEALTH_ENDPOINT": health,
+            "KIMIK3_METRICS_PORT": str(self.metrics_port),
+            "KIMIK3_METRICS_ADDRESS": "127.0.0.1",
         }
         with open(self.log, "ab") as log:
             self.process = subprocess.Popen(

@@ -18,6 +18,7 @@ kubectl create namespace "$ns" --dry-run=client -o yaml | kubectl apply -f - >/d
 # Deployment of manifests/ or the Helm chart.
 if ! { [[ -f "$root/e2e/.run/operator.pid" ]] && kill -0 "$(cat "$root/e2e/.run/operator.pid")" 2>/dev/null; }; then
   KIMIK3_NAMESPACES="$ns" KIMIK3_RESYNC_SECONDS=5 KIMIK3_HEALTH_ENDPOINT=http://127.0.0.1:18080/healthz \
+    KIMIK3_METRICS_PORT=18082 KIMIK3_METRICS_ADDRESS=127.0.0.1 \
     nohup "$python" -m kimik3_operator run > "$root/e2e/.run/operator.log" 2>&1 &
   echo $! > "$root/e2e/.run/operator.pid"
 fi

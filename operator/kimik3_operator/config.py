@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -12,8 +13,12 @@ class Settings:
     namespaces: tuple[str, ...] = ()  # empty: every namespace
     resync_seconds: float = 30.0
     health_endpoint: str = "http://0.0.0.0:8080/healthz"
-    metrics_port: int = 8081
+    metrics_port: int = 8081  # 0: no metrics server
+    metrics_address: str = "0.0.0.0"
     peering_name: str = ""  # empty: standalone, no leader election
+    # Among replicas with the same peering name the highest priority works, the rest wait.
+    priority: int = 0
+    peering_lifetime_seconds: int = 15
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -26,5 +31,15 @@ class Settings:
             resync_seconds=float(env.get("KIMIK3_RESYNC_SECONDS", cls.resync_seconds)),
             health_endpoint=env.get("KIMIK3_HEALTH_ENDPOINT", cls.health_endpoint),
             metrics_port=int(env.get("KIMIK3_METRICS_PORT", cls.metrics_port)),
+            metrics_address=env.get("KIMIK3_METRICS_ADDRESS", cls.metrics_address),
             peering_name=env.get("KIMIK3_PEERING_NAME", cls.peering_name),
+            priority=int(env.get("KIMIK3_PRIORITY") or _random_priority()),
+            peering_lifetime_seconds=int(
+                env.get("KIMIK3_PEERING_LIFETIME_SECONDS", cls.peering_lifetime_seconds)
+            ),
         )
+
+
+def _random_priority() -> int:
+    """Distinct priorities make exactly one replica active (kopf keeps equal ones all active)."""
+    return random.randint(1, 1_000_000)

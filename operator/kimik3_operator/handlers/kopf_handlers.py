@@ -6,7 +6,9 @@ import logging
 from typing import Any
 
 import kopf
+import prometheus_client
 
+from kimik3_operator import metrics
 from kimik3_operator.api import constants as c
 from kimik3_operator.config import Settings
 from kimik3_operator.handlers.reconcile import reconcile
@@ -26,6 +28,10 @@ def kube() -> Kube:
 
 @kopf.on.startup()
 def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+    if SETTINGS.metrics_port:
+        prometheus_client.start_http_server(SETTINGS.metrics_port, SETTINGS.metrics_address)
+    settings.peering.priority = SETTINGS.priority
+    settings.peering.lifetime = SETTINGS.peering_lifetime_seconds
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=c.GROUP)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix=c.GROUP, key="last-handled-configuration"
@@ -63,6 +69,13 @@ def _reconcile_owner(namespace: str | None, labels: Any, logger: Logger) -> None
         reconcile(kube(), parent)
     except Exception as exc:  # the timer retries; a child event must never crash the watch
         logger.warning("reconcile of %s/%s after a child event failed: %s", namespace, name, exc)
+
+
+@kopf.on.delete(c.GROUP, c.VERSION, c.PLURAL, optional=True)
+def on_delete(namespace: str | None, name: str | None, **_: Any) -> None:
+    """Children go by garbage collection; only the metrics series are the operator's."""
+    if namespace and name:
+        metrics.forget(namespace, name)
 
 
 @kopf.on.event("v1", "pods", labels=MANAGED)

@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from kimik3_operator import metrics
 from kimik3_operator.api import constants as c
 from kimik3_operator.api import names
 from kimik3_operator.api.constants import ConditionType, Reason
@@ -68,8 +69,14 @@ def reconcile(
     kube: Kube, body: Mapping[str, Any], clock: Callable[[], str] = now_rfc3339
 ) -> ReconcileResult:
     meta = body["metadata"]
-    with lock_for(meta["namespace"], meta["name"]):
-        return _reconcile(kube, body, clock)
+    with lock_for(meta["namespace"], meta["name"]), metrics.RECONCILE_SECONDS.time():
+        try:
+            result = _reconcile(kube, body, clock)
+        except Exception:
+            metrics.RECONCILES.labels("error").inc()
+            raise
+        metrics.RECONCILES.labels("invalid" if result.invalid else "ok").inc()
+        return result
 
 
 def _reconcile(kube: Kube, body: Mapping[str, Any], clock: Callable[[], str]) -> ReconcileResult:
@@ -284,6 +291,8 @@ def _write_status(
     meta = body["metadata"]
     current: Mapping[str, Any] = body.get("status") or {}
     status = desired_status(body, spec, observation, clock(), gate)
+    conditions = _all_conditions(observation, gate)
+    metrics.record_conditions(meta["namespace"], meta["name"], conditions)
     delta = status_delta(current, status)
     if not delta:
         return
@@ -292,6 +301,13 @@ def _write_status(
     old_conditions = current.get("conditions", []) or []
     for condition in _all_conditions(observation, gate):
         if changed(old_conditions, condition):
+            if condition.type in (
+                ConditionType.CAPABILITIES_VERIFIED,
+                ConditionType.DRAFTER_PAIRED,
+            ):
+                metrics.PREFLIGHT_VERDICTS.labels(
+                    condition.type, condition.status, condition.reason
+                ).inc()
             _post_event(kube, body, condition, clock())
             result.events.append(f"{condition.type}={condition.status}/{condition.reason}")
 

@@ -1,0 +1,46 @@
+"""The operator's own metrics, served by prometheus_client on KIMIK3_METRICS_PORT."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from prometheus_client import Counter, Gauge, Histogram
+
+from kimik3_operator.conditions import Condition
+
+RECONCILES = Counter("kimik3_reconciles", "Reconciles of KimiK3Deployments, by result", ["result"])
+RECONCILE_SECONDS = Histogram(
+    "kimik3_reconcile_duration_seconds",
+    "Time one reconcile takes",
+    buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)
+PREFLIGHT_VERDICTS = Counter(
+    "kimik3_preflight_verdicts",
+    "Preflight verdicts that changed a deployment's CapabilitiesVerified or DrafterPaired",
+    ["condition", "status", "reason"],
+)
+CONDITION = Gauge(
+    "kimik3_deployment_condition",
+    "1 for the current status of each condition of each deployment",
+    ["namespace", "name", "type", "status", "reason"],
+)
+_last_reason: dict[tuple[str, str, str], tuple[str, str]] = {}
+
+
+def record_conditions(namespace: str, name: str, conditions: Iterable[Condition]) -> None:
+    """Exactly one series per (deployment, condition type) carries the current status."""
+    for condition in conditions:
+        key = (namespace, name, condition.type)
+        previous = _last_reason.get(key)
+        current = (condition.status, condition.reason)
+        if previous == current:
+            continue
+        if previous is not None:
+            CONDITION.remove(namespace, name, condition.type, *previous)
+        CONDITION.labels(namespace, name, condition.type, *current).set(1)
+        _last_reason[key] = current
+
+
+def forget(namespace: str, name: str) -> None:
+    for key in [k for k in _last_reason if k[:2] == (namespace, name)]:
+        CONDITION.remove(*key, *_last_reason.pop(key))
