@@ -126,12 +126,21 @@ def _free_port() -> int:
 
 
 class OperatorProcess:
-    """`kimik3 run` as a real process against the kubeconfig, watching one namespace."""
+    """`kimik3 run` as a real process against a kubeconfig, watching one namespace."""
 
-    def __init__(self, cluster: Cluster, namespace: str) -> None:
+    def __init__(
+        self,
+        cluster: Cluster,
+        namespace: str,
+        kubeconfig: pathlib.Path | None = None,
+        extra_env: dict[str, str] | None = None,
+        label: str = "",
+    ) -> None:
         self.cluster = cluster
         self.namespace = namespace
-        self.log = RUN / f"operator-{namespace}.log"
+        self.kubeconfig = kubeconfig or cluster.kubeconfig
+        self.extra_env = extra_env or {}
+        self.log = RUN / f"operator-{namespace}{label}.log"
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
@@ -144,6 +153,8 @@ class OperatorProcess:
             "KIMIK3_HEALTH_ENDPOINT": health,
             "KIMIK3_METRICS_PORT": str(self.metrics_port),
             "KIMIK3_METRICS_ADDRESS": "127.0.0.1",
+            "KUBECONFIG": str(self.kubeconfig),
+            **self.extra_env,
         }
         with open(self.log, "ab") as log:
             self.process = subprocess.Popen(
@@ -250,3 +261,24 @@ def kimi(name: str = "k3", **spec: Any) -> dict[str, Any]:
         "metadata": {"name": name},
         "spec": spec,
     }
+
+
+def service_account_kubeconfig(
+    cluster: Cluster, namespace: str, account: str, path: pathlib.Path
+) -> pathlib.Path:
+    """A kubeconfig that acts as a ServiceAccount, so a host process has exactly its RBAC."""
+    token = cluster.kubectl(
+        "create", "token", account, "-n", namespace, "--duration=2h"
+    ).stdout.strip()
+    admin = yaml.safe_load(cluster.kubeconfig.read_text())
+    server = admin["clusters"][0]["cluster"]
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "e2e", "cluster": server}],
+        "users": [{"name": account, "user": {"token": token}}],
+        "contexts": [{"name": "sa", "context": {"cluster": "e2e", "user": account}}],
+        "current-context": "sa",
+    }
+    path.write_text(yaml.safe_dump(config))
+    return path

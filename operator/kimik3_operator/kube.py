@@ -28,6 +28,8 @@ PLURALS = {
     "PodMonitor": "podmonitors",
     "KimiK3Deployment": "kimik3deployments",
     "CustomResourceDefinition": "customresourcedefinitions",
+    "ClusterKopfPeering": "clusterkopfpeerings",
+    "KopfPeering": "kopfpeerings",
 }
 
 

@@ -12,11 +12,27 @@ from kimik3_operator import metrics
 from kimik3_operator.api import constants as c
 from kimik3_operator.config import Settings
 from kimik3_operator.handlers.reconcile import reconcile
-from kimik3_operator.kube import ApiKube, Kube
+from kimik3_operator.kube import ApiKube, Kube, KubeError
 
 SETTINGS = Settings.from_env()
 _kube: Kube | None = None
 MANAGED = {c.LABEL_MANAGED_BY: c.OPERATOR_NAME}
+
+
+def ensure_peering(client: Kube, name: str, namespaces: tuple[str, ...]) -> None:
+    """kopf's peering object must exist before the replicas can see each other."""
+    where: tuple[str | None, ...] = namespaces or (None,)
+    for namespace in where:
+        kind = "KopfPeering" if namespace else "ClusterKopfPeering"
+        if client.get("kopf.dev/v1", kind, name, namespace) is None:
+            meta: dict[str, Any] = {"name": name}
+            if namespace:
+                meta["namespace"] = namespace
+            try:
+                client.create({"apiVersion": "kopf.dev/v1", "kind": kind, "metadata": meta})
+            except KubeError as exc:
+                if exc.status != 409:  # another replica made it first
+                    raise
 
 
 def kube() -> Kube:
@@ -32,6 +48,8 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
         prometheus_client.start_http_server(SETTINGS.metrics_port, SETTINGS.metrics_address)
     settings.peering.priority = SETTINGS.priority
     settings.peering.lifetime = SETTINGS.peering_lifetime_seconds
+    if SETTINGS.peering_name:
+        ensure_peering(kube(), SETTINGS.peering_name, SETTINGS.namespaces)
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=c.GROUP)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix=c.GROUP, key="last-handled-configuration"
@@ -39,6 +57,9 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.posting.enabled = False  # events are posted by the reconcile, on change only
     settings.watching.server_timeout = 300
     settings.execution.max_workers = 8
+    # Namespaces are listed explicitly (or all): no need to list/watch namespaces and CRDs,
+    # which keeps the RBAC to what the operator itself uses.
+    settings.scanning.disabled = True
 
 
 @kopf.on.create(c.GROUP, c.VERSION, c.PLURAL)
