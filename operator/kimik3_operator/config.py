@@ -19,6 +19,11 @@ class Settings:
     # Among replicas with the same peering name the highest priority works, the rest wait.
     priority: int = 0
     peering_lifetime_seconds: int = 15
+    scrape_seconds: float = 30.0
+    acceptance_window_seconds: float = 300.0
+    # Where pods have no network (the end-to-end tests), read every leader's metrics here;
+    # {pod} and {namespace} are filled in.
+    scrape_url: str = ""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -32,6 +37,11 @@ class Settings:
             health_endpoint=env.get("KIMIK3_HEALTH_ENDPOINT", cls.health_endpoint),
             metrics_port=int(env.get("KIMIK3_METRICS_PORT", cls.metrics_port)),
             metrics_address=env.get("KIMIK3_METRICS_ADDRESS", cls.metrics_address),
+            scrape_seconds=float(env.get("KIMIK3_SCRAPE_SECONDS", cls.scrape_seconds)),
+            acceptance_window_seconds=float(
+                env.get("KIMIK3_ACCEPTANCE_WINDOW_SECONDS", cls.acceptance_window_seconds)
+            ),
+            scrape_url=env.get("KIMIK3_SCRAPE_URL", cls.scrape_url),
             peering_name=env.get("KIMIK3_PEERING_NAME", cls.peering_name),
             priority=int(env.get("KIMIK3_PRIORITY") or _random_priority()),
             peering_lifetime_seconds=int(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable
 
 from prometheus_client import Counter, Gauge, Histogram
@@ -24,6 +25,16 @@ CONDITION = Gauge(
     "1 for the current status of each condition of each deployment",
     ["namespace", "name", "type", "status", "reason"],
 )
+ACCEPTANCE = Gauge(
+    "kimik3_deployment_acceptance_rate",
+    "Drafted tokens accepted over the last window, per deployment",
+    ["namespace", "name"],
+)
+MIN_ACCEPTANCE = Gauge(
+    "kimik3_deployment_min_acceptance_rate",
+    "spec.monitoring.minAcceptanceRate of each deployment with a drafter",
+    ["namespace", "name"],
+)
 _last_reason: dict[tuple[str, str, str], tuple[str, str]] = {}
 
 
@@ -42,5 +53,8 @@ def record_conditions(namespace: str, name: str, conditions: Iterable[Condition]
 
 
 def forget(namespace: str, name: str) -> None:
+    for gauge in (ACCEPTANCE, MIN_ACCEPTANCE):
+        with contextlib.suppress(KeyError):
+            gauge.remove(namespace, name)
     for key in [k for k in _last_reason if k[:2] == (namespace, name)]:
         CONDITION.remove(*key, *_last_reason.pop(key))

@@ -43,6 +43,7 @@ def applied_kinds(kube: FakeKube) -> set[str]:
 def start(kube: FakeKube, **spec: Any) -> dict[str, Any]:
     body = resource(**spec)
     kube.put(body)
+    kube.put(body)
     reconcile(kube, body, clock)
     return body
 
@@ -50,6 +51,7 @@ def start(kube: FakeKube, **spec: Any) -> dict[str, Any]:
 def again(kube: FakeKube) -> None:
     body = kube.get(API, "KimiK3Deployment", "k3", "llm")
     assert body is not None
+    kube.put(body)
     reconcile(kube, body, clock)
 
 
@@ -74,6 +76,7 @@ def test_fixing_the_spec_clears_the_condition_and_deploys(kube: FakeKube) -> Non
     assert body is not None
     body["spec"] = {"preflight": {"probe": False}, "engine": {"image": "vllm/vllm-openai:v0.28.0"}}
     body["metadata"]["generation"] = 2
+    kube.put(body)
     reconcile(kube, body, clock)
     assert "LeaderWorkerSet" in applied_kinds(kube)
     assert cond(kube, "CapabilitiesVerified")[:2] == ("True", "Verified")

@@ -22,6 +22,7 @@ def stored(kube: FakeKube, body: dict[str, Any]) -> dict[str, Any]:
 
 def test_first_reconcile_applies_children_and_status(kube: FakeKube) -> None:
     body = stored(kube, resource())
+    kube.put(body)
     result = reconcile(kube, body, clock)
     assert result.applied == ["Service/k3", "LeaderWorkerSet/k3", "PodMonitor/k3"]
     assert result.status_written
@@ -44,6 +45,7 @@ def test_first_reconcile_applies_children_and_status(kube: FakeKube) -> None:
 
 def test_second_reconcile_writes_nothing(kube: FakeKube) -> None:
     body = stored(kube, resource())
+    kube.put(body)
     reconcile(kube, body, clock)
     kube.writes.clear()
     again = kube.get("serving.kimik3.io/v1alpha1", "KimiK3Deployment", "k3", "llm")
@@ -58,6 +60,7 @@ def test_changed_spec_reapplies_only_what_changed(kube: FakeKube) -> None:
     body = kube.get("serving.kimik3.io/v1alpha1", "KimiK3Deployment", "k3", "llm")
     body["spec"] = {"preflight": {"probe": False}, "engine": {"image": "vllm/vllm-openai:v0.34.0"}}
     body["metadata"]["generation"] = 2
+    kube.put(body)
     result = reconcile(kube, body, clock)
     assert result.applied == ["LeaderWorkerSet/k3"]
 
@@ -67,12 +70,14 @@ def test_removed_field_is_reapplied(kube: FakeKube) -> None:
     kube.writes.clear()
     body = kube.get("serving.kimik3.io/v1alpha1", "KimiK3Deployment", "k3", "llm")
     body["spec"] = {"preflight": {"probe": False}}
+    kube.put(body)
     result = reconcile(kube, body, clock)
     assert result.applied == ["LeaderWorkerSet/k3"]
 
 
 def test_invalid_spec_creates_no_child_and_says_why(kube: FakeKube) -> None:
     body = stored(kube, resource(parallelism={"tensor": 12}))
+    kube.put(body)
     result = reconcile(kube, body, clock)
     assert result.invalid
     assert [w for w in kube.writes if w[0] == "apply"] == []
@@ -89,6 +94,7 @@ def test_invalid_update_leaves_existing_children_alone(kube: FakeKube) -> None:
     kube.writes.clear()
     body = kube.get("serving.kimik3.io/v1alpha1", "KimiK3Deployment", "k3", "llm")
     body["spec"] = {"preflight": {"probe": False}, "drafter": {"draftTensorParallelSize": 3}}
+    kube.put(body)
     result = reconcile(kube, body, clock)
     assert result.invalid
     assert {w[0] for w in kube.writes} <= {"patch_status", "create"}
@@ -113,6 +119,7 @@ def test_turning_the_pod_monitor_off_deletes_it(kube: FakeKube) -> None:
     reconcile(kube, stored(kube, resource()), clock)
     body = kube.get("serving.kimik3.io/v1alpha1", "KimiK3Deployment", "k3", "llm")
     body["spec"] = {"preflight": {"probe": False}, "monitoring": {"podMonitor": False}}
+    kube.put(body)
     result = reconcile(kube, body, clock)
     assert result.deleted == ["PodMonitor/k3"]
 

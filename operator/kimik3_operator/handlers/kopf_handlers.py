@@ -12,11 +12,15 @@ from kimik3_operator import metrics
 from kimik3_operator.api import constants as c
 from kimik3_operator.config import Settings
 from kimik3_operator.handlers.reconcile import reconcile
+from kimik3_operator.handlers.speculation import Scraper
 from kimik3_operator.kube import ApiKube, Kube, KubeError
 
 SETTINGS = Settings.from_env()
 _kube: Kube | None = None
 MANAGED = {c.LABEL_MANAGED_BY: c.OPERATOR_NAME}
+SCRAPER = Scraper(
+    window_seconds=SETTINGS.acceptance_window_seconds, url_override=SETTINGS.scrape_url
+)
 
 
 def ensure_peering(client: Kube, name: str, namespaces: tuple[str, ...]) -> None:
@@ -79,6 +83,11 @@ def resync(body: kopf.Body, **_: Any) -> None:
 Logger = logging.Logger | logging.LoggerAdapter[Any]
 
 
+@kopf.timer(c.GROUP, c.VERSION, c.PLURAL, interval=SETTINGS.scrape_seconds, idle=0)
+def scrape_acceptance(body: kopf.Body, **_: Any) -> None:
+    SCRAPER.tick(kube(), body)
+
+
 def _reconcile_owner(namespace: str | None, labels: Any, logger: Logger) -> None:
     name = (labels or {}).get(c.LABEL_INSTANCE)
     if not name or not namespace:
@@ -97,6 +106,7 @@ def on_delete(namespace: str | None, name: str | None, **_: Any) -> None:
     """Children go by garbage collection; only the metrics series are the operator's."""
     if namespace and name:
         metrics.forget(namespace, name)
+        SCRAPER.forget(namespace, name)
 
 
 @kopf.on.event("v1", "pods", labels=MANAGED)

@@ -70,8 +70,13 @@ def reconcile(
 ) -> ReconcileResult:
     meta = body["metadata"]
     with lock_for(meta["namespace"], meta["name"]), metrics.RECONCILE_SECONDS.time():
+        # The status is written whole per field: start from the stored object, not from a
+        # body that another writer (the acceptance scraper) may have overtaken.
+        fresh = kube.get(c.API_VERSION, c.KIND, meta["name"], meta["namespace"])
+        if fresh is None or fresh.get("metadata", {}).get("deletionTimestamp"):
+            return ReconcileResult()
         try:
-            result = _reconcile(kube, body, clock)
+            result = _reconcile(kube, fresh, clock)
         except Exception:
             metrics.RECONCILES.labels("error").inc()
             raise
@@ -308,11 +313,11 @@ def _write_status(
                 metrics.PREFLIGHT_VERDICTS.labels(
                     condition.type, condition.status, condition.reason
                 ).inc()
-            _post_event(kube, body, condition, clock())
+            post_event(kube, body, condition, clock())
             result.events.append(f"{condition.type}={condition.status}/{condition.reason}")
 
 
-def _post_event(kube: Kube, body: Mapping[str, Any], condition: Condition, now: str) -> None:
+def post_event(kube: Kube, body: Mapping[str, Any], condition: Condition, now: str) -> None:
     meta = body["metadata"]
     warning = condition.reason in WARNING_REASONS or (
         condition.type == ConditionType.DEGRADED and condition.status == "True"

@@ -1,0 +1,185 @@
+"""Acceptance of the speculative drafter, from the leaders' vLLM counters.
+
+Pure: parse a /metrics text into a Snapshot; keep per-leader windows; aggregate the counter
+deltas over the window, weighted by drafts, handling counter resets (a restarted pod), idle
+windows (no drafts: no values, not zero) and a missing per-position series.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from prometheus_client.parser import text_string_to_metric_families
+
+DRAFTS = "vllm:spec_decode_num_drafts"
+DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens"
+ACCEPTED = "vllm:spec_decode_num_accepted_tokens"
+ACCEPTED_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos"
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    at: float
+    drafts: float
+    draft_tokens: float
+    accepted: float
+    per_position: Mapping[int, float] = field(default_factory=dict)
+
+    def reset_since(self, earlier: Snapshot) -> bool:
+        pairs = [
+            (self.drafts, earlier.drafts),
+            (self.draft_tokens, earlier.draft_tokens),
+            (self.accepted, earlier.accepted),
+        ]
+        pairs += [(v, earlier.per_position.get(k, 0.0)) for k, v in self.per_position.items()]
+        return any(now < before for now, before in pairs)
+
+
+def parse_metrics(text: str, at: float) -> Snapshot | None:
+    """The spec-decode counters of one leader (summed over engines and models), or None when
+    the leader exposes none (no drafter)."""
+    totals = {DRAFTS: 0.0, DRAFT_TOKENS: 0.0, ACCEPTED: 0.0}
+    per_position: dict[int, float] = {}
+    seen = False
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            name = sample.name.removesuffix("_total")
+            if sample.name.endswith("_created"):
+                continue
+            if name in totals:
+                totals[name] += sample.value
+                seen = True
+            elif name == ACCEPTED_PER_POS:
+                position = sample.labels.get("position", "")
+                if position.isdigit():
+                    index = int(position)
+                    per_position[index] = per_position.get(index, 0.0) + sample.value
+    if not seen:
+        return None
+    return Snapshot(at, totals[DRAFTS], totals[DRAFT_TOKENS], totals[ACCEPTED], per_position)
+
+
+@dataclass(frozen=True)
+class Acceptance:
+    """Over one window, aggregated over the leaders; None fields: no drafts (idle)."""
+
+    rate: float | None
+    mean_length: float | None
+    per_position: tuple[float, ...] | None
+    drafts: float
+    window_covered: bool
+
+
+class LeaderWindow:
+    """The recent snapshots of one leader; a counter reset starts the window afresh."""
+
+    def __init__(self) -> None:
+        self.samples: deque[Snapshot] = deque()
+
+    def add(self, snapshot: Snapshot, window_seconds: float) -> None:
+        if self.samples and snapshot.reset_since(self.samples[-1]):
+            self.samples.clear()
+        self.samples.append(snapshot)
+        # Keep one sample at or before the window's start, so the delta spans the window.
+        while len(self.samples) > 2 and self.samples[1].at <= snapshot.at - window_seconds:
+            self.samples.popleft()
+
+    def delta(self) -> Snapshot | None:
+        if len(self.samples) < 2:
+            return None
+        first, last = self.samples[0], self.samples[-1]
+        per_pos = {k: v - first.per_position.get(k, 0.0) for k, v in last.per_position.items()}
+        return Snapshot(
+            last.at - first.at,
+            last.drafts - first.drafts,
+            last.draft_tokens - first.draft_tokens,
+            last.accepted - first.accepted,
+            per_pos,
+        )
+
+
+def aggregate(windows: Iterable[LeaderWindow], window_seconds: float) -> Acceptance:
+    drafts = draft_tokens = accepted = 0.0
+    per_position: dict[int, float] = {}
+    positions_complete = True
+    covered = False
+    for window in windows:
+        delta = window.delta()
+        if delta is None:
+            continue
+        covered = covered or delta.at >= window_seconds * 0.99
+        drafts += delta.drafts
+        draft_tokens += delta.draft_tokens
+        accepted += delta.accepted
+        if delta.drafts > 0 and not delta.per_position:
+            positions_complete = False
+        for k, v in delta.per_position.items():
+            per_position[k] = per_position.get(k, 0.0) + v
+    if drafts <= 0 or draft_tokens <= 0:
+        return Acceptance(None, None, None, drafts, covered)
+    positions = None
+    if per_position and positions_complete:
+        positions = tuple(per_position.get(i, 0.0) / drafts for i in range(max(per_position) + 1))
+    return Acceptance(accepted / draft_tokens, 1 + accepted / drafts, positions, drafts, covered)
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    min_rate_change: float = 0.01
+    min_length_change: float = 0.05
+    max_age_seconds: float = 300.0
+
+
+def _rounded(values: Iterable[float]) -> list[float]:
+    return [round(v, 4) for v in values]
+
+
+def speculative_section(
+    current: Mapping[str, object],
+    acceptance: Acceptance,
+    *,
+    now: float,
+    sampled_at: str,
+    unreachable: Iterable[str] = (),
+    thresholds: Thresholds = Thresholds(),
+    last_write: float | None = None,
+) -> dict[str, object] | None:
+    """The new status.speculative, or None when it need not be written."""
+    stale = sorted(unreachable)
+    section = dict(current)
+    if acceptance.rate is None or acceptance.mean_length is None:
+        if stale and "acceptanceRate" in current:
+            # Keep the last value with its timestamp and say it is stale.
+            section["stale"] = f"unreachable leader(s): {', '.join(stale)}"
+            return section if section != dict(current) else None
+        for key in ("acceptanceRate", "meanAcceptanceLength", "perPositionAcceptance", "stale"):
+            section.pop(key, None)
+        return section if section != dict(current) else None
+    old_rate = current.get("acceptanceRate")
+    old_length = current.get("meanAcceptanceLength")
+    moved = (
+        not isinstance(old_rate, int | float)
+        or not isinstance(old_length, int | float)
+        or (
+            abs(old_rate - acceptance.rate) > thresholds.min_rate_change
+            or abs(old_length - acceptance.mean_length) > thresholds.min_length_change
+        )
+    )
+    old = last_write is None or now - last_write > thresholds.max_age_seconds
+    stale_changed = bool(stale) != ("stale" in current)
+    if not (moved or old or stale_changed):
+        return None
+    section["acceptanceRate"] = round(acceptance.rate, 4)
+    section["meanAcceptanceLength"] = round(acceptance.mean_length, 4)
+    if acceptance.per_position is not None:
+        section["perPositionAcceptance"] = _rounded(acceptance.per_position)
+    else:
+        section.pop("perPositionAcceptance", None)
+    section["sampledAt"] = sampled_at
+    if stale:
+        section["stale"] = f"unreachable leader(s): {', '.join(stale)}"
+    else:
+        section.pop("stale", None)
+    return section
