@@ -21,8 +21,8 @@ $(VENV)/.installed: pyproject.toml
 venv: $(VENV)/.installed
 
 lint: venv
-	$(VENV)/bin/ruff check operator e2e bench
-	$(VENV)/bin/ruff format --check operator e2e bench
+	$(VENV)/bin/ruff check operator e2e bench observability scripts
+	$(VENV)/bin/ruff format --check operator e2e bench observability scripts
 	$(VENV)/bin/mypy
 
 fmt: venv

@@ -10,6 +10,8 @@ from prometheus_client import Counter, Gauge, Histogram
 from kimik3_operator.conditions import Condition
 
 RECONCILES = Counter("kimik3_reconciles", "Reconciles of KimiK3Deployments, by result", ["result"])
+for _result in ("ok", "invalid", "error"):
+    RECONCILES.labels(_result)  # every result has a series from the start (0, not absent)
 RECONCILE_SECONDS = Histogram(
     "kimik3_reconcile_duration_seconds",
     "Time one reconcile takes",

@@ -232,6 +232,7 @@ def test_pod_monitor_scrapes_leader_metrics() -> None:
     assert pm["kind"] == "PodMonitor"
     assert pm["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"] == "leader"
     assert pm["spec"]["podMetricsEndpoints"][0]["path"] == "/metrics"
+    assert pm["spec"]["podTargetLabels"] == ["app.kubernetes.io/instance"]
 
 
 def test_children_carry_owner_labels_and_hash() -> None:

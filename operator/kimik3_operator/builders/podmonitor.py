@@ -23,5 +23,8 @@ def build_pod_monitor(spec: KimiK3DeploymentSpec, owner: Owner) -> dict[str, Any
         "spec": {
             "selector": {"matchLabels": selector_labels(owner, c.COMPONENT_LEADER)},
             "podMetricsEndpoints": [{"port": PORT_NAME, "path": "/metrics", "interval": "30s"}],
+            # The dashboards and alerts group vLLM's series by deployment through this label
+            # (app_kubernetes_io_instance in Prometheus).
+            "podTargetLabels": [c.LABEL_INSTANCE],
         },
     }

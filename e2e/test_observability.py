@@ -1,0 +1,418 @@
+"""Dashboards and alerts against a real Prometheus (Debian's `prometheus`, on 127.0.0.1),
+scraping two fake vLLM leaders (e2e/vllm_exporter.py: vLLM's exact metric names with known
+rates, standing in for GPU pods that cannot run here) and the operator's own metrics, which
+the operator's real scraper fills from the same fake leaders. Every panel query and every
+alert expression is evaluated through the HTTP API and compared with what the known rates
+imply, within 1%. The alerts' promtool unit tests run here too."""
+
+from __future__ import annotations
+
+import json
+import math
+import pathlib
+import shutil
+import socket
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import yaml
+from prometheus_client import start_http_server
+
+from e2e.vllm_exporter import FakeLeader, serve
+from kimik3_operator.handlers.reconcile import reconcile
+from kimik3_operator.handlers.speculation import Scraper
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+CHART = ROOT / "charts" / "kimik3-operator"
+DASHBOARDS = CHART / "dashboards"
+LEADER_B = (0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2)
+API = "serving.kimik3.io/v1alpha1"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class Prometheus:
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def query(self, expr: str) -> list[dict[str, Any]]:
+        params = urllib.parse.urlencode({"query": expr})
+        try:
+            with urllib.request.urlopen(f"{self.url}/api/v1/query?{params}", timeout=10) as r:
+                body = json.load(r)
+        except urllib.error.HTTPError as exc:
+            raise AssertionError(f"{exc}: {exc.read().decode()} for {expr}") from exc
+        assert body["status"] == "success", body
+        result: list[dict[str, Any]] = body["data"]["result"]
+        return result
+
+    def values(self, expr: str) -> dict[str, float]:
+        return {
+            json.dumps(s["metric"], sort_keys=True): float(s["value"][1]) for s in self.query(expr)
+        }
+
+
+def expand(expr: str) -> str:
+    """Grafana's variables as the test selects them: everything, a 30 s rate window."""
+    for variable, value in (
+        ("$__rate_interval", "30s"),
+        ("$namespace", ".*"),
+        ("$deployment", ".*"),
+        ("$model_name", ".*"),
+    ):
+        expr = expr.replace(variable, value)
+    return expr
+
+
+@pytest.fixture(scope="module")
+def leaders() -> Iterator[dict[str, FakeLeader]]:
+    started = time.time()
+    fleet = {
+        "k3-0": FakeLeader(started=started),
+        "k3-1": FakeLeader(
+            started=started,
+            drafts_per_second=30.0,
+            per_position=LEADER_B,
+            running=5.0,
+            kv_cache_usage=0.62,
+            generation_tokens_per_second=200,
+        ),
+    }
+    ports = {name: free_port() for name in fleet}
+    servers = [serve(leader, ports[name]) for name, leader in fleet.items()]
+    for name, leader in fleet.items():
+        leader.port = ports[name]  # type: ignore[attr-defined]
+    yield fleet
+    for server in servers:
+        server.shutdown()
+
+
+@pytest.fixture(scope="module")
+def operator_metrics(leaders: dict[str, FakeLeader]) -> Iterator[int]:
+    """The operator's metric registry, filled by its real reconcile and scraper."""
+    import sys
+
+    sys.path.insert(0, str(ROOT / "operator" / "tests"))
+    from conftest import FakeKube, resource  # the unit tier's recording fake API
+
+    kube = FakeKube()
+    kube.put(resource(monitoring={"minAcceptanceRate": 0.6}))
+    kube.put({**resource("old", engine={"image": "vllm/vllm-openai:v0.27.1"})})
+    for name in ("k3", "old"):
+        body = kube.get(API, "KimiK3Deployment", name, "llm")
+        assert body is not None
+        reconcile(kube, body)
+    for pod in leaders:
+        kube.put(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": pod,
+                    "namespace": "llm",
+                    "labels": {
+                        "app.kubernetes.io/instance": "k3",
+                        "app.kubernetes.io/component": "leader",
+                        "app.kubernetes.io/managed-by": "kimik3-operator",
+                    },
+                },
+                "status": {
+                    "podIP": "127.0.0.1",
+                    "conditions": [{"type": "Ready", "status": "True"}],
+                },
+            }
+        )
+
+    def fetch(url: str) -> str:
+        port = leaders[url.rsplit("/", 1)[1]].port  # type: ignore[attr-defined]
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+            text: str = r.read().decode()
+            return text
+
+    scraper = Scraper(window_seconds=20, url_override="http://127.0.0.1/{pod}", fetch=fetch)
+    port = free_port()
+    start_http_server(port, "127.0.0.1")
+    stop = threading.Event()
+
+    def operate() -> None:
+        """What the operator's timers do: reconcile and scrape, every second."""
+        while not stop.is_set():
+            for name in ("k3", "old"):
+                body = kube.get(API, "KimiK3Deployment", name, "llm")
+                assert body is not None
+                reconcile(kube, body)
+            body = kube.get(API, "KimiK3Deployment", "k3", "llm")
+            assert body is not None
+            scraper.tick(kube, body)
+            stop.wait(1)
+
+    worker = threading.Thread(target=operate, daemon=True)
+    worker.start()
+    time.sleep(22)  # one whole acceptance window
+    yield port
+    stop.set()
+    worker.join(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def prometheus(
+    leaders: dict[str, FakeLeader], operator_metrics: int, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Prometheus]:
+    binary = shutil.which("prometheus")
+    assert binary, "Debian's prometheus package is needed (.ci/run installs it)"
+    work = tmp_path_factory.mktemp("prometheus")
+    targets = [
+        {
+            "targets": [f"127.0.0.1:{leader.port}"],  # type: ignore[attr-defined]
+            "labels": {"namespace": "llm", "app_kubernetes_io_instance": "k3", "pod": name},
+        }
+        for name, leader in leaders.items()
+    ]
+    config = {
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "scrape_configs": [
+            {"job_name": "vllm", "static_configs": targets},
+            {
+                "job_name": "operator",
+                "honor_labels": True,
+                "static_configs": [{"targets": [f"127.0.0.1:{operator_metrics}"]}],
+            },
+        ],
+    }
+    (work / "prometheus.yml").write_text(yaml.safe_dump(config))
+    port = free_port()
+    process = subprocess.Popen(
+        [
+            binary,
+            f"--config.file={work / 'prometheus.yml'}",
+            f"--storage.tsdb.path={work}/data",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=(work / "log").open("w"),
+    )
+    server = Prometheus(f"http://127.0.0.1:{port}")
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            try:
+                # rate() over 30 s needs a full window of 1 s scrapes, and 5m panels 2 points.
+                up = server.values('count_over_time(up{job="vllm"}[40s])')
+                if up and min(up.values()) >= 35:
+                    break
+            except OSError:
+                pass
+            time.sleep(1)
+        else:
+            raise AssertionError((work / "log").read_text()[-2000:])
+        yield server
+    finally:
+        process.terminate()
+        process.wait(timeout=20)
+
+
+def expected(leaders: dict[str, FakeLeader]) -> dict[tuple[str, str, str], Any]:
+    a, b = leaders["k3-0"], leaders["k3-1"]
+    drafts = a.drafts_per_second + b.drafts_per_second
+    accepted = a.drafts_per_second * sum(a.per_position) + b.drafts_per_second * sum(b.per_position)
+    drafted = drafts * 8
+    per_pos = [
+        (a.drafts_per_second * x + b.drafts_per_second * y) / drafts
+        for x, y in zip(a.per_position, b.per_position, strict=True)
+    ]
+    generation = a.generation_tokens_per_second + b.generation_tokens_per_second
+    return {
+        ("kimik3-speculative-decoding.json", "Acceptance rate (last 5m)", "A"): accepted / drafted,
+        ("kimik3-speculative-decoding.json", "Acceptance rate", "A"): accepted / drafted,
+        ("kimik3-speculative-decoding.json", "Mean acceptance length", "A"): 1 + accepted / drafts,
+        ("kimik3-speculative-decoding.json", "Acceptance by draft position", "A"): per_pos,
+        ("kimik3-speculative-decoding.json", "Drafted vs accepted tokens per second", "A"): drafted,
+        (
+            "kimik3-speculative-decoding.json",
+            "Drafted vs accepted tokens per second",
+            "B",
+        ): accepted,
+        ("kimik3-speculative-decoding.json", "Output tokens from the drafter", "A"): accepted
+        / generation,
+        ("kimik3-speculative-decoding.json", "Acceptance rate per pod", "A"): sorted(
+            [sum(a.per_position) / 8, sum(b.per_position) / 8]
+        ),
+        ("kimik3-serving.json", "Generation throughput", "A"): generation,
+        ("kimik3-serving.json", "Time to first token (p50, p99)", "A"): 0.25 + 0.25 * 0.2 / 0.3,
+        ("kimik3-serving.json", "Time to first token (p50, p99)", "B"): 1 + 1.5 * 0.09 / 0.095,
+        ("kimik3-serving.json", "Inter-token latency (p50, p99)", "A"): 0.01 + 0.015 * 0.3 / 0.35,
+        ("kimik3-serving.json", "Inter-token latency (p50, p99)", "B"): 0.05 + 0.05 * 0.09 / 0.095,
+        ("kimik3-serving.json", "Requests running and waiting", "A"): a.running + b.running,
+        ("kimik3-serving.json", "Requests running and waiting", "B"): a.waiting + b.waiting,
+        ("kimik3-serving.json", "KV-cache use", "A"): (a.kv_cache_usage + b.kv_cache_usage) / 2,
+        ("kimik3-serving.json", "Preemptions", "A"): a.preemptions_per_second
+        + b.preemptions_per_second,
+        ("kimik3-operator.json", "Acceptance rate per deployment", "A"): accepted / drafted,
+    }
+
+
+def panel_targets() -> Iterator[tuple[str, str, str, str]]:
+    for path in sorted(DASHBOARDS.glob("*.json")):
+        for panel in json.loads(path.read_text())["panels"]:
+            for target in panel.get("targets", []):
+                yield path.name, panel["title"], target["refId"], target["expr"]
+
+
+def close(got: float, want: float) -> bool:
+    return math.isclose(got, want, rel_tol=0.01)
+
+
+def test_every_panel_query_gives_the_known_values(
+    prometheus: Prometheus, leaders: dict[str, FakeLeader]
+) -> None:
+    wants = expected(leaders)
+    checked = set()
+    for dashboard, title, ref, expr in panel_targets():
+        result = prometheus.values(expand(expr))
+        key = (dashboard, title, ref)
+        assert result, f"{dashboard} / {title} / {ref} returned no data: {expr}"
+        for value in result.values():
+            assert math.isfinite(value), f"{title}: {value}"
+        if key not in wants:
+            continue
+        checked.add(key)
+        want = wants[key]
+        got = sorted(result.values())
+        if isinstance(want, list):
+            if title == "Acceptance by draft position":
+                series = prometheus.query(expand(expr))
+                got = [
+                    float(s["value"][1])
+                    for s in sorted(series, key=lambda s: int(s["metric"]["position"]))
+                ]
+            assert len(got) == len(want) and all(
+                close(g, w) for g, w in zip(got, want, strict=True)
+            ), (title, got, want)
+        else:
+            assert len(got) == 1 and close(got[0], want), (title, got, want)
+    assert checked == set(wants), set(wants) - checked
+
+
+def test_idle_ratios_show_no_data_not_nan(prometheus: Prometheus) -> None:
+    for dashboard, title, _, expr in panel_targets():
+        if "> 0)" not in expr or 'namespace=~"$namespace"' not in expr:
+            continue  # only the selections a user can narrow to an idle deployment
+        idle = expand(expr).replace('namespace=~".*"', 'namespace="nowhere"')
+        assert prometheus.query(idle) == [], f"{dashboard} / {title} must guard its ratio"
+
+
+def chart_rules() -> list[dict[str, Any]]:
+    rendered = subprocess.run(
+        [
+            "helm",
+            "template",
+            "t",
+            str(CHART),
+            "--set",
+            "prometheusRule.enabled=true",
+            "--show-only",
+            "templates/prometheusrule.yaml",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PATH": _tools_path()},
+    ).stdout
+    rules: list[dict[str, Any]] = yaml.safe_load(rendered)["spec"]["groups"][0]["rules"]
+    return rules
+
+
+def _tools_path() -> str:
+    import os
+
+    out = (
+        subprocess.run(
+            ["bash", str(ROOT / "e2e/cluster/build-tools.sh")],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+        .stdout.strip()
+        .splitlines()[-1]
+    )
+    return f"{out}:{os.environ['PATH']}"
+
+
+def test_alert_expressions_on_live_data(prometheus: Prometheus) -> None:
+    firing = {rule["alert"]: prometheus.query(rule["expr"]) for rule in chart_rules()}
+    assert set(firing) == {
+        "KimiK3AcceptanceBelowMinimum",
+        "KimiK3SpeculativeDecodingStalled",
+        "KimiK3DeploymentDegraded",
+        "KimiK3PreflightFailed",
+    }
+    below = firing["KimiK3AcceptanceBelowMinimum"]
+    assert [s["metric"]["name"] for s in below] == ["k3"], "0.5875 is below the minimum 0.6"
+    assert close(float(below[0]["value"][1]), 0.5875)
+    assert firing["KimiK3SpeculativeDecodingStalled"] == [], "drafts are flowing"
+    degraded = firing["KimiK3DeploymentDegraded"]
+    assert [(s["metric"]["name"], s["metric"]["reason"]) for s in degraded] == [
+        ("old", "PreflightFailed")], "the refused deployment is Degraded, k3 is not"
+    refused = firing["KimiK3PreflightFailed"]
+    assert [(s["metric"]["name"], s["metric"]["reason"]) for s in refused] == [
+        ("old", "TargetLacksEagle3")
+    ]
+
+
+def test_alert_unit_tests_with_promtool(tmp_path: pathlib.Path) -> None:
+    (tmp_path / "rules.yaml").write_text(
+        yaml.safe_dump({"groups": [{"name": "kimik3-operator", "rules": chart_rules()}]})
+    )
+    shutil.copy(ROOT / "observability" / "alerts-test.yaml", tmp_path / "alerts-test.yaml")
+    checked = subprocess.run(
+        ["promtool", "check", "rules", "rules.yaml"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    tested = subprocess.run(
+        ["promtool", "test", "rules", "alerts-test.yaml"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert tested.returncode == 0, tested.stdout + tested.stderr
+
+
+def test_dashboards_json_is_generated_from_the_code() -> None:
+    from observability.dashboards import DASHBOARDS as BUILDERS
+    from observability.dashboards import render
+
+    for name, builder in BUILDERS.items():
+        assert (DASHBOARDS / name).read_text() == render(builder), (
+            f"run python -m observability.dashboards: {name} drifted from the code"
+        )
+
+
+def test_every_panel_names_its_metrics() -> None:
+    for path in DASHBOARDS.glob("*.json"):
+        dashboard = json.loads(path.read_text())
+        names = {v["name"] for v in dashboard["templating"]["list"]}
+        assert {"datasource", "namespace", "deployment"} <= names
+        for panel in dashboard["panels"]:
+            if panel.get("type") == "row":
+                continue
+            description = panel.get("description", "")
+            for target in panel["targets"]:
+                metric = next(m for m in ("vllm:", "kimik3_") if m in target["expr"])
+                assert metric in description, (path.name, panel["title"])
