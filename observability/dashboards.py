@@ -305,9 +305,9 @@ def operator() -> Dashboard:
         .description("histogram_quantile(0.99) of kimik3_reconcile_duration_seconds.")
         .with_target(
             target(
-                "histogram_quantile(0.99, sum by (le) (rate(kimik3_reconcile_duration_seconds_bucket"
-                f"[{RATE}]))) and on() (sum(rate(kimik3_reconcile_duration_seconds_count[{RATE}]))"
-                " > 0)",
+                "histogram_quantile(0.99, sum by (le) (rate("
+                f"kimik3_reconcile_duration_seconds_bucket[{RATE}]))) and on() (sum(rate("
+                f"kimik3_reconcile_duration_seconds_count[{RATE}])) > 0)",
                 "p99",
             )
         )
