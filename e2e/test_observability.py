@@ -364,7 +364,8 @@ def test_alert_expressions_on_live_data(prometheus: Prometheus) -> None:
     assert firing["KimiK3SpeculativeDecodingStalled"] == [], "drafts are flowing"
     degraded = firing["KimiK3DeploymentDegraded"]
     assert [(s["metric"]["name"], s["metric"]["reason"]) for s in degraded] == [
-        ("old", "PreflightFailed")], "the refused deployment is Degraded, k3 is not"
+        ("old", "PreflightFailed")
+    ], "the refused deployment is Degraded, k3 is not"
     refused = firing["KimiK3PreflightFailed"]
     assert [(s["metric"]["name"], s["metric"]["reason"]) for s in refused] == [
         ("old", "TargetLacksEagle3")
