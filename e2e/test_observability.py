@@ -417,3 +417,74 @@ def test_every_panel_names_its_metrics() -> None:
             for target in panel["targets"]:
                 metric = next(m for m in ("vllm:", "kimik3_") if m in target["expr"])
                 assert metric in description, (path.name, panel["title"])
+
+
+def test_operator_writes_acceptance_to_status_on_the_real_control_plane(
+    cluster: Any, namespace: str, wait_condition: Any, leaders: dict[str, FakeLeader]
+) -> None:
+    """KWOK pods have no network: KIMIK3_SCRAPE_URL points the operator's scrape at a fake
+    leader, as documented in the README."""
+    from e2e.conftest import OperatorProcess, kimi, wait_for
+
+    port = leaders["k3-0"].port  # type: ignore[attr-defined]
+    operator = OperatorProcess(
+        cluster,
+        namespace,
+        extra_env={
+            "KIMIK3_SCRAPE_URL": f"http://127.0.0.1:{port}/metrics",
+            "KIMIK3_SCRAPE_SECONDS": "1",
+            "KIMIK3_ACCEPTANCE_WINDOW_SECONDS": "5",
+        },
+        label="-scrape",
+    )
+    operator.start()
+    try:
+        cluster.apply(
+            kimi(
+                "k3",
+                engine={"image": "vllm/vllm-openai:v0.33.0"},
+                preflight={"probe": False},
+                parallelism={"tensor": 8},
+            ),
+            namespace,
+        )
+        body = wait_condition(
+            "k3", namespace, "SpeculationEffective", "True", "AcceptanceAboveMinimum", timeout=90
+        )
+        speculative = wait_for(
+            lambda: (
+                (cluster.get("kk3d", "k3", namespace) or {}).get("status", {}).get("speculative")
+                if "acceptanceRate"
+                in (cluster.get("kk3d", "k3", namespace) or {})
+                .get("status", {})
+                .get("speculative", {})
+                else None
+            ),
+            30,
+            "status.speculative.acceptanceRate",
+        )
+        assert close(speculative["acceptanceRate"], 0.7)
+        assert close(speculative["meanAcceptanceLength"], 6.6)
+        assert all(
+            close(g, w)
+            for g, w in zip(
+                speculative["perPositionAcceptance"], leaders["k3-0"].per_position, strict=True
+            )
+        )
+        assert body["status"]["conditions"]
+        table = cluster.kubectl("get", "kk3d", "k3", "-n", namespace).stdout
+        assert "0.7" in table.splitlines()[1].split()[6]
+        import sys
+
+        shown = subprocess.run(
+            [sys.executable, "-m", "kimik3_operator", "status", "k3", "-n", namespace],
+            capture_output=True,
+            text=True,
+            env=cluster.env,
+            check=True,
+        ).stdout
+        print(shown)
+        assert "SpeculationEffective" in shown and "acceptance rate 70.0%" in shown
+        assert "  7 " in shown and "30.0%" in shown
+    finally:
+        operator.stop()

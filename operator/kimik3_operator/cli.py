@@ -91,6 +91,35 @@ def _cmd_preflight(args: argparse.Namespace) -> int:
     return {"Pass": 0, "Fail": 2, "NeedsProbe": 3}[result["verdict"]]
 
 
+def _cmd_status(args: argparse.Namespace) -> int:
+    from kimik3_operator.kube import ApiKube
+    from kimik3_operator.status_view import render_status
+
+    try:
+        kube = ApiKube.from_environment()
+        namespace = args.namespace or _current_namespace()
+        body = kube.get(c.API_VERSION, c.KIND, args.name, namespace)
+    except Exception as exc:  # reaching a cluster fails in many ways; say which and stop
+        print(f"kimik3 status: {exc}", file=sys.stderr)
+        return 1
+    if body is None:
+        print(f"kimik3 status: {c.KIND} {namespace}/{args.name} not found", file=sys.stderr)
+        return 1
+    print(render_status(body))
+    return 0
+
+
+def _current_namespace() -> str:
+    import kubernetes
+
+    try:
+        _, context = kubernetes.config.list_kube_config_contexts()  # type: ignore[no-untyped-call]
+    except Exception:  # in a pod, or no kubeconfig
+        return "default"
+    namespace: str = context.get("context", {}).get("namespace") or "default"
+    return namespace
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     import kopf
 
@@ -129,6 +158,10 @@ def build_parser() -> argparse.ArgumentParser:
     pre.add_argument("--drafter-config", help="the drafter's config.json, or its directory")
     pre.add_argument("-o", "--output", choices=("text", "json"), default="text")
     pre.set_defaults(func=_cmd_preflight)
+    stat = sub.add_parser("status", help="conditions and acceptance by position of a resource")
+    stat.add_argument("name")
+    stat.add_argument("-n", "--namespace", default="")
+    stat.set_defaults(func=_cmd_status)
     return parser
 
 
