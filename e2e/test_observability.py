@@ -488,3 +488,13 @@ def test_operator_writes_acceptance_to_status_on_the_real_control_plane(
         assert "  7 " in shown and "30.0%" in shown
     finally:
         operator.stop()
+
+
+def test_speculative_dashboard_renders_to_a_picture(prometheus: Prometheus) -> None:
+    from scripts.render_dashboard import render
+
+    out = ROOT / "e2e" / ".run" / "speculative-decoding.png"
+    out.parent.mkdir(exist_ok=True)
+    panels = render(prometheus.url, DASHBOARDS / "kimik3-speculative-decoding.json", out, 1.0)
+    assert panels == 7
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 20_000
