@@ -29,7 +29,7 @@ CRD = ROOT / "manifests" / "crd" / "kimik3deployments.yaml"
 API = "kimik3deployments.serving.kimik3.io"
 
 
-def _tools_bin() -> pathlib.Path:
+def tools_bin() -> pathlib.Path:
     out = subprocess.run(
         ["bash", str(ROOT / "e2e/cluster/build-tools.sh")],
         check=True,
@@ -104,7 +104,7 @@ def cluster() -> Cluster:
             check=True,
             env={**os.environ, "PYTHON": sys.executable},
         )
-    found = Cluster(KUBECONFIG, _tools_bin())
+    found = Cluster(KUBECONFIG, tools_bin())
     found.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD))
     found.kubectl("wait", "--for", "condition=established", "--timeout=60s", f"crd/{API}")
     return found

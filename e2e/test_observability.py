@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import pathlib
 import shutil
 import socket
@@ -25,6 +26,7 @@ import pytest
 import yaml
 from prometheus_client import start_http_server
 
+from e2e.conftest import tools_bin
 from e2e.vllm_exporter import FakeLeader, serve
 from kimik3_operator.handlers.reconcile import reconcile
 from kimik3_operator.handlers.speculation import Scraper
@@ -328,26 +330,10 @@ def chart_rules() -> list[dict[str, Any]]:
         capture_output=True,
         text=True,
         check=True,
-        env={"PATH": _tools_path()},
+        env={"PATH": f"{tools_bin()}:{os.environ['PATH']}"},
     ).stdout
     rules: list[dict[str, Any]] = yaml.safe_load(rendered)["spec"]["groups"][0]["rules"]
     return rules
-
-
-def _tools_path() -> str:
-    import os
-
-    out = (
-        subprocess.run(
-            ["bash", str(ROOT / "e2e/cluster/build-tools.sh")],
-            check=True,
-            capture_output=True,
-            text=True,
-        )
-        .stdout.strip()
-        .splitlines()[-1]
-    )
-    return f"{out}:{os.environ['PATH']}"
 
 
 def test_alert_expressions_on_live_data(prometheus: Prometheus) -> None:
