@@ -83,6 +83,20 @@ def test_fixing_the_spec_clears_the_condition_and_deploys(kube: FakeKube) -> Non
     assert cond(kube, "Degraded")[:2] == ("False", "AsExpected")
 
 
+def test_gpus_that_do_not_fill_nodes_are_refused(kube: FakeKube) -> None:
+    start(kube, parallelism={"tensor": 12})
+    assert "LeaderWorkerSet" not in applied_kinds(kube)
+    status, reason, message = cond(kube, "CapabilitiesVerified")
+    assert (status, reason) == ("False", "GPUsDoNotFillNodes")
+    assert "12 GPUs" in message and "gpusPerNode=8" in message
+
+
+def test_a_bad_draft_tensor_size_is_refused(kube: FakeKube) -> None:
+    start(kube, drafter={"draftTensorParallelSize": 4})
+    assert "LeaderWorkerSet" not in applied_kinds(kube)
+    assert cond(kube, "DrafterPaired")[:2] == ("False", "DraftTensorParallelSizeInvalid")
+
+
 def test_warn_mode_deploys_and_reports_degraded(kube: FakeKube) -> None:
     start(kube, engine=OLD_IMAGE, preflight={"mode": "Warn", "probe": False})
     assert "LeaderWorkerSet" in applied_kinds(kube)

@@ -76,7 +76,7 @@ def test_removed_field_is_reapplied(kube: FakeKube) -> None:
 
 
 def test_invalid_spec_creates_no_child_and_says_why(kube: FakeKube) -> None:
-    body = stored(kube, resource(parallelism={"tensor": 12}))
+    body = stored(kube, resource(drafter={"method": "none", "repo": "me/drafter"}))
     kube.put(body)
     result = reconcile(kube, body, clock)
     assert result.invalid
@@ -84,7 +84,8 @@ def test_invalid_spec_creates_no_child_and_says_why(kube: FakeKube) -> None:
     status = kube.get("serving.kimik3.io/v1alpha1", "KimiK3Deployment", "k3", "llm")["status"]
     degraded = next(c for c in status["conditions"] if c["type"] == "Degraded")
     assert degraded["status"] == "True" and degraded["reason"] == "InvalidSpec"
-    assert "spec.parallelism" in degraded["message"] and "multiple of it" in degraded["message"]
+    assert "spec.drafter.repo='me/drafter'" in degraded["message"]
+    assert "remove drafter.repo" in degraded["message"]
     assert status["reason"] == "InvalidSpec"
     assert ("create", "Event", "") in kube.writes
 
@@ -93,7 +94,7 @@ def test_invalid_update_leaves_existing_children_alone(kube: FakeKube) -> None:
     reconcile(kube, stored(kube, resource()), clock)
     kube.writes.clear()
     body = kube.get("serving.kimik3.io/v1alpha1", "KimiK3Deployment", "k3", "llm")
-    body["spec"] = {"preflight": {"probe": False}, "drafter": {"draftTensorParallelSize": 3}}
+    body["spec"] = {"preflight": {"probe": False}, "replicas": -1}
     kube.put(body)
     result = reconcile(kube, body, clock)
     assert result.invalid

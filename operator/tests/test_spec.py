@@ -52,12 +52,8 @@ def test_group_size_follows_the_gpu_count(
         ({"replicas": "two"}, "spec.replicas", "must be an integer"),
         ({"model": {"architecture": "Llama"}}, "spec.model.architecture", "KimiLinearForCausalLM"),
         ({"drafter": {"method": "medusa"}}, "spec.drafter.method", "dspark"),
-        ({"parallelism": {"tensor": 12}}, "spec.parallelism", "multiple of it"),
-        (
-            {"drafter": {"draftTensorParallelSize": 4}},
-            "spec.drafter.draftTensorParallelSize",
-            "1 or 16",
-        ),
+        ({"parallelism": {"tensor": 0}}, "spec.parallelism.tensor", "at least 1"),
+        ({"replicas": -1}, "spec.replicas", "must not be negative"),
         (
             {"drafter": {"method": "none", "repo": "x/y"}},
             "spec.drafter.repo",

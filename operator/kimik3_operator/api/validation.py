@@ -1,7 +1,9 @@
-"""Cross-field rules that need no outside facts.
+"""Rules that make a spec unreadable, checked at parse time (InvalidSpec).
 
-The CRD states the same rules in CEL so the API server rejects them at ``kubectl apply``;
-the operator checks them again for resources stored before the schema had them.
+The CRD states them too (ranges, CEL), so the API server rejects them at ``kubectl apply``;
+the operator checks them again for resources stored before the schema had them. Rules about
+whether a readable spec can run (GPUs filling nodes, the draft tensor size, ...) are the
+preflight's, so they carry a finding and a stable reason.
 """
 
 from __future__ import annotations
@@ -24,27 +26,6 @@ def errors(spec: KimiK3DeploymentSpec) -> list[SpecError]:
     if place.gpus_per_node < 1:
         found.append(
             SpecError("spec.placement.gpusPerNode", place.gpus_per_node, "must be at least 1")
-        )
-    gpus = par.tensor * par.pipeline
-    if place.gpus_per_node >= 1 and gpus > place.gpus_per_node and gpus % place.gpus_per_node:
-        found.append(
-            SpecError(
-                "spec.parallelism",
-                f"tensor={par.tensor} pipeline={par.pipeline}",
-                f"tensor x pipeline = {gpus} GPUs neither fits one node nor fills whole nodes of "
-                f"placement.gpusPerNode={place.gpus_per_node}",
-                f"make tensor x pipeline at most {place.gpus_per_node} or a multiple of it",
-            )
-        )
-    dtp = drafter.draft_tensor_parallel_size
-    if dtp is not None and dtp not in (1, par.tensor):
-        found.append(
-            SpecError(
-                "spec.drafter.draftTensorParallelSize",
-                dtp,
-                f"vLLM accepts only 1 or the target's tensor size ({par.tensor})",
-                f"set it to 1 or {par.tensor}, or leave it unset",
-            )
         )
     if drafter.method == "none" and drafter.repo:
         found.append(
