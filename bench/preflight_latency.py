@@ -74,6 +74,7 @@ def main() -> int:
         "KIMIK3_NAMESPACES": ns,
         "KIMIK3_HEALTH_ENDPOINT": "http://127.0.0.1:18099/healthz",
         "KIMIK3_METRICS_PORT": "0",
+        "KIMIK3_SCRAPE_URL": "http://127.0.0.1:9/{pod}",  # KWOK pod IPs are made up
     }
     operator = subprocess.Popen(
         [sys.executable, "-m", "kimik3_operator", "run"],

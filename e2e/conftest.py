@@ -153,6 +153,9 @@ class OperatorProcess:
             "KIMIK3_HEALTH_ENDPOINT": health,
             "KIMIK3_METRICS_PORT": str(self.metrics_port),
             "KIMIK3_METRICS_ADDRESS": "127.0.0.1",
+            # KWOK's pod IPs are made up: never send the acceptance scrape there. Nothing
+            # listens on port 9, so a test that wants metrics sets its own exporter's URL.
+            "KIMIK3_SCRAPE_URL": "http://127.0.0.1:9/{pod}",
             "KUBECONFIG": str(self.kubeconfig),
             **self.extra_env,
         }

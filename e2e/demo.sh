@@ -8,18 +8,28 @@ python="${PYTHON:-python3}"
 bin="$(bash "$here/cluster/build-tools.sh" | tail -n 1)"
 export PATH="$bin:$PATH" KUBECONFIG="$root/e2e/.run/kubeconfig"
 ns=kimik3-demo
+cd "$root"
 
 bash "$here/cluster/up.sh"
 kubectl apply --server-side --force-conflicts -f "$root/manifests/crd/" >/dev/null
 kubectl wait --for condition=established --timeout=60s crd/kimik3deployments.serving.kimik3.io >/dev/null
 kubectl create namespace "$ns" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
 
+# KWOK pods have no network and made-up IPs: a fake vLLM leader on 127.0.0.1 stands in for
+# the leaders' /metrics (e2e/vllm_exporter.py), and the operator's scrape is pointed at it.
+if ! { [[ -f "$root/e2e/.run/exporter.pid" ]] && kill -0 "$(cat "$root/e2e/.run/exporter.pid")" 2>/dev/null; }; then
+  nohup "$python" -m e2e.vllm_exporter --port 18090 > "$root/e2e/.run/exporter.log" 2>&1 < /dev/null &
+  echo $! > "$root/e2e/.run/exporter.pid"
+fi
+
 # The operator runs as a host process here (KWOK runs no containers); in a cluster it is the
 # Deployment of manifests/ or the Helm chart.
 if ! { [[ -f "$root/e2e/.run/operator.pid" ]] && kill -0 "$(cat "$root/e2e/.run/operator.pid")" 2>/dev/null; }; then
   KIMIK3_NAMESPACES="$ns" KIMIK3_RESYNC_SECONDS=5 KIMIK3_HEALTH_ENDPOINT=http://127.0.0.1:18080/healthz \
+    KIMIK3_SCRAPE_URL="http://127.0.0.1:18090/metrics" KIMIK3_SCRAPE_SECONDS=2 \
+    KIMIK3_ACCEPTANCE_WINDOW_SECONDS=10 \
     KIMIK3_METRICS_PORT=18082 KIMIK3_METRICS_ADDRESS=127.0.0.1 \
-    nohup "$python" -m kimik3_operator run > "$root/e2e/.run/operator.log" 2>&1 &
+    nohup "$python" -m kimik3_operator run > "$root/e2e/.run/operator.log" 2>&1 < /dev/null &
   echo $! > "$root/e2e/.run/operator.pid"
 fi
 
@@ -34,6 +44,14 @@ echo
 kubectl get -n "$ns" kk3d,lws,pods -o wide
 echo
 kubectl get -n "$ns" kk3d/kimi-k3 -o jsonpath='{range .status.conditions[*]}{.type}={.status} {.reason}: {.message}{"\n"}{end}'
+
+echo
+echo "waiting for the first acceptance window (10 s here, 5 min by default)..."
+for _ in $(seq 1 30); do
+  kubectl get -n "$ns" kk3d/kimi-k3 -o jsonpath='{.status.speculative.acceptanceRate}' | grep -q . && break
+  sleep 1
+done
+"$python" -m kimik3_operator status kimi-k3 -n "$ns"
 
 echo
 echo "Now an example the preflight must refuse (vLLM 0.27.1 lacks SupportsEagle3 for the text-only class):"
