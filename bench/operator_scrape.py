@@ -20,6 +20,10 @@ import textwrap
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from e2e.conftest import tools_bin  # noqa: E402 - after the path
+
 KUBECONFIG = ROOT / "e2e" / ".run" / "kubeconfig"
 NAMESPACE = "bench-scrape"
 SERVER = textwrap.dedent("""
@@ -57,16 +61,7 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=120)
     parser.add_argument("--port", type=int, default=19501)
     args = parser.parse_args()
-    tools = (
-        subprocess.run(
-            ["bash", str(ROOT / "e2e/cluster/build-tools.sh")],
-            check=True,
-            capture_output=True,
-            text=True,
-        )
-        .stdout.strip()
-        .splitlines()[-1]
-    )
+    tools = tools_bin()
     env = {**os.environ, "KUBECONFIG": str(KUBECONFIG), "PATH": f"{tools}:{os.environ['PATH']}"}
 
     def kubectl(*a: str, stdin: str | None = None) -> str:

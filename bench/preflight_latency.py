@@ -20,6 +20,10 @@ import kubernetes
 import yaml
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from e2e.conftest import tools_bin  # noqa: E402 - after the path
+
 KUBECONFIG = ROOT / "e2e" / ".run" / "kubeconfig"
 GROUP, VERSION, PLURAL = "serving.kimik3.io", "v1alpha1", "kimik3deployments"
 
@@ -36,16 +40,7 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=20)
     args = parser.parse_args()
-    tools = (
-        subprocess.run(
-            ["bash", str(ROOT / "e2e/cluster/build-tools.sh")],
-            check=True,
-            capture_output=True,
-            text=True,
-        )
-        .stdout.strip()
-        .splitlines()[-1]
-    )
+    tools = tools_bin()
     kubectl = [f"{tools}/kubectl", "--kubeconfig", str(KUBECONFIG)]
     crd = ROOT / "manifests" / "crd" / "kimik3deployments.yaml"
     subprocess.run(

@@ -59,7 +59,6 @@ class Reason:
     NO_GROUP_READY: Final = "NoGroupReady"
     SOME_GROUPS_READY: Final = "SomeGroupsReady"
     SCALED_TO_ZERO: Final = "ScaledToZero"
-    BLOCKED: Final = "Blocked"
     # Degraded
     AS_EXPECTED: Final = "AsExpected"
     INVALID_SPEC: Final = "InvalidSpec"

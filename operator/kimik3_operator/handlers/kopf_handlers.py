@@ -92,11 +92,9 @@ def _reconcile_owner(namespace: str | None, labels: Any, logger: Logger) -> None
     name = (labels or {}).get(c.LABEL_INSTANCE)
     if not name or not namespace:
         return
-    parent = kube().get(c.API_VERSION, c.KIND, name, namespace)
-    if parent is None or parent.get("metadata", {}).get("deletionTimestamp"):
-        return
     try:
-        reconcile(kube(), parent)
+        # reconcile() reads the stored object itself and skips one gone or being deleted.
+        reconcile(kube(), {"metadata": {"name": name, "namespace": namespace}})
     except Exception as exc:  # the timer retries; a child event must never crash the watch
         logger.warning("reconcile of %s/%s after a child event failed: %s", namespace, name, exc)
 

@@ -262,11 +262,7 @@ def check_pipeline(ctx: Context) -> Iterable[Finding]:
     pp = spec.parallelism.pipeline
     table = ctx.facts.table
     if method == "dspark" and (release or {}).get("dspark", {}).get("refusesPipelineParallel"):
-        allowed = table.first_release_where(
-            lambda v: (
-                not ((table.release(v) or {}).get("dspark", {}).get("refusesPipelineParallel"))
-            )
-        )
+        allowed = _first_release_without(table, "refusesPipelineParallel")
         yield Finding(
             "dspark-pipeline",
             "Fail",
@@ -300,6 +296,13 @@ def check_pipeline(ctx: Context) -> Iterable[Finding]:
     )
 
 
+def _first_release_without(table: CapabilityTable, dspark_refusal: str) -> Version | None:
+    """The first release in the table that no longer has the given DSpark refusal."""
+    return table.first_release_where(
+        lambda v: not (table.release(v) or {}).get("dspark", {}).get(dspark_refusal)
+    )
+
+
 def check_decode_context(ctx: Context) -> Iterable[Finding]:
     spec, release = ctx.spec, ctx.release()
     dcp = spec.parallelism.decode_context
@@ -307,11 +310,7 @@ def check_decode_context(ctx: Context) -> Iterable[Finding]:
         return
     if release.get("dspark", {}).get("refusesDecodeContextParallel"):
         table = ctx.facts.table
-        allowed = table.first_release_where(
-            lambda v: (
-                not ((table.release(v) or {}).get("dspark", {}).get("refusesDecodeContextParallel"))
-            )
-        )
+        allowed = _first_release_without(table, "refusesDecodeContextParallel")
         yield Finding(
             "dspark-decode-context",
             "Fail",
