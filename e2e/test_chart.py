@@ -314,7 +314,11 @@ def test_rbac_is_least_privilege(cluster: Cluster, release: tuple[str, str]) -> 
         ("create", "events", "-n", watched),
         ("list", "pods", "-n", watched),
         ("get", "customresourcedefinitions/leaderworkersets.leaderworkerset.x-k8s.io"),
+        ("watch", "customresourcedefinitions/podmonitors.monitoring.coreos.com"),
+        ("watch", "jobs.batch", "-n", watched),
+        ("watch", "configmaps", "-n", watched),
         ("list", "nodes"),
+        ("watch", "pods", "-A"),
     ]
     denied = [
         ("get", "secrets", "-n", watched),
@@ -324,6 +328,7 @@ def test_rbac_is_least_privilege(cluster: Cluster, release: tuple[str, str]) -> 
         ("create", "leaderworkersets.leaderworkerset.x-k8s.io", "-n", "default"),
         ("delete", "kimik3deployments.serving.kimik3.io", "-n", watched),
         ("get", "customresourcedefinitions/kimik3deployments.serving.kimik3.io"),
+        ("list", "customresourcedefinitions"),
         ("create", "clusterrolebindings"),
         ("*", "*"),
     ]

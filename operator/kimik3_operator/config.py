@@ -24,6 +24,12 @@ class Settings:
     # Where pods have no network (the end-to-end tests), read every leader's metrics here;
     # {pod} and {namespace} are filled in.
     scrape_url: str = ""
+    # Read Nodes and GPU pods cluster-wide to say how many GPUs are free (chart: gpuInventory).
+    gpu_inventory: bool = True
+    workers: int = 4  # reconciles that may run at once (one per resource at a time)
+    scrape_workers: int = 4
+    coalesce_seconds: float = 0.1  # events for one resource within this become one reconcile
+    retry_seconds: float = 5.0  # after a failed reconcile
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -42,12 +48,22 @@ class Settings:
                 env.get("KIMIK3_ACCEPTANCE_WINDOW_SECONDS", cls.acceptance_window_seconds)
             ),
             scrape_url=env.get("KIMIK3_SCRAPE_URL", cls.scrape_url),
+            gpu_inventory=_flag(env.get("KIMIK3_GPU_INVENTORY"), cls.gpu_inventory),
+            workers=int(env.get("KIMIK3_WORKERS", cls.workers)),
+            coalesce_seconds=float(env.get("KIMIK3_COALESCE_SECONDS", cls.coalesce_seconds)),
+            retry_seconds=float(env.get("KIMIK3_RETRY_SECONDS", cls.retry_seconds)),
             peering_name=env.get("KIMIK3_PEERING_NAME", cls.peering_name),
             priority=int(env.get("KIMIK3_PRIORITY") or _random_priority()),
             peering_lifetime_seconds=int(
                 env.get("KIMIK3_PEERING_LIFETIME_SECONDS", cls.peering_lifetime_seconds)
             ),
         )
+
+
+def _flag(value: str | None, default: bool) -> bool:
+    if value is None or value == "":
+        return default
+    return value.strip().lower() in ("1", "true", "yes", "on")
 
 
 def _random_priority() -> int:

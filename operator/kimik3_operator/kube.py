@@ -16,6 +16,7 @@ from urllib.parse import quote
 from kimik3_operator.api.constants import FIELD_MANAGER
 
 Obj = dict[str, Any]
+USER_AGENT = "kimik3-operator"
 
 PLURALS = {
     "Service": "services",
@@ -64,6 +65,10 @@ class Kube(Protocol):
         self, api_version: str, kind: str, name: str, namespace: str, status: Mapping[str, Any]
     ) -> Obj: ...
 
+    def patch(
+        self, api_version: str, kind: str, name: str, namespace: str, patch: Mapping[str, Any]
+    ) -> Obj: ...
+
     def delete(
         self, api_version: str, kind: str, name: str, namespace: str | None = None
     ) -> None: ...
@@ -92,7 +97,13 @@ class ApiKube:
             kubernetes.config.load_incluster_config()  # type: ignore[no-untyped-call]
         except kubernetes.config.ConfigException:
             kubernetes.config.load_kube_config()  # type: ignore[no-untyped-call]
-        return cls(kubernetes.client.ApiClient())
+        client = kubernetes.client.ApiClient()
+        client.user_agent = USER_AGENT
+        return cls(client)
+
+    @property
+    def api_client(self) -> Any:
+        return self._client
 
     def _call(
         self,
@@ -168,6 +179,17 @@ class ApiKube:
             "PATCH",
             path,
             body={"status": dict(status)},
+            content_type="application/merge-patch+json",
+        )
+        return result
+
+    def patch(
+        self, api_version: str, kind: str, name: str, namespace: str, patch: Mapping[str, Any]
+    ) -> Obj:
+        result: Obj = self._call(
+            "PATCH",
+            resource_path(api_version, kind, namespace, name),
+            body=dict(patch),
             content_type="application/merge-patch+json",
         )
         return result

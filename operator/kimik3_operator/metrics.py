@@ -54,6 +54,11 @@ def record_conditions(namespace: str, name: str, conditions: Iterable[Condition]
         _last_reason[key] = current
 
 
+def known() -> set[tuple[str, str]]:
+    """The deployments that have series here."""
+    return {(k[0], k[1]) for k in _last_reason}
+
+
 def forget(namespace: str, name: str) -> None:
     for gauge in (ACCEPTANCE, MIN_ACCEPTANCE):
         with contextlib.suppress(KeyError):

@@ -277,35 +277,3 @@ def _blocked(reason: str, message: str) -> Observation:
 
 def invalid_spec(message: str) -> Observation:
     return _blocked(Reason.INVALID_SPEC, message)
-
-
-def gpu_inventory(
-    nodes: Sequence[Obj], pods: Sequence[Obj], spec: KimiK3DeploymentSpec
-) -> GpuInventory:
-    """Allocatable and free GPUs on schedulable nodes matching the node selector."""
-    resource = spec.placement.gpu_resource
-    used: dict[str, int] = defaultdict(int)
-    for pod in pods:
-        node = pod.get("spec", {}).get("nodeName")
-        if not node or pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
-            continue
-        for container in pod.get("spec", {}).get("containers", []) or []:
-            requests = (container.get("resources", {}) or {}).get("requests", {}) or {}
-            used[node] += int(requests.get(resource, 0) or 0)
-    allocatable = free = largest = count = 0
-    for node in nodes:
-        meta, node_spec = node.get("metadata", {}), node.get("spec", {}) or {}
-        labels = meta.get("labels", {}) or {}
-        if node_spec.get("unschedulable"):
-            continue
-        if any(labels.get(k) != v for k, v in spec.placement.node_selector.items()):
-            continue
-        amount = int((node.get("status", {}).get("allocatable", {}) or {}).get(resource, 0) or 0)
-        if amount == 0:
-            continue
-        count += 1
-        allocatable += amount
-        left = max(0, amount - used.get(meta.get("name", ""), 0))
-        free += left
-        largest = max(largest, left)
-    return GpuInventory(allocatable, free, largest, count)

@@ -123,6 +123,15 @@ class FakeKube:
         obj.setdefault("status", {}).update(copy.deepcopy(dict(status)))
         return obj
 
+    def patch(
+        self, api_version: str, kind: str, name: str, namespace: str, patch: Mapping[str, Any]
+    ) -> Obj:
+        self.writes.append(("patch", kind, name))
+        obj = self.objects[(api_version, kind, namespace, name)]
+        for key, value in copy.deepcopy(dict(patch)).get("metadata", {}).items():
+            obj["metadata"][key] = value
+        return copy.deepcopy(obj)
+
     def delete(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> None:
         self.writes.append(("delete", kind, name))
         self.objects.pop((api_version, kind, namespace, name), None)

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from conftest import spec_of
-from kimik3_operator.observe import GpuInventory, gpu_inventory, observe
+from kimik3_operator.cache import GpuLedger
+from kimik3_operator.observe import GpuInventory, observe
 
 LWS: dict[str, Any] = {"status": {"replicas": 1, "updatedReplicas": 1}}
 
@@ -206,5 +207,35 @@ def test_gpu_inventory_counts_free_gpus_on_matching_nodes() -> None:
             "status": {"phase": "Succeeded"},
         },
     ]
-    inv = gpu_inventory(nodes, pods, spec_of(placement={"nodeSelector": {"pool": "h200"}}))
+    ledger = GpuLedger()
+    ledger.nodes_listed(nodes)
+    ledger.pods_listed([{**p, "metadata": {"uid": str(i)}} for i, p in enumerate(pods)])
+    inv = ledger.inventory("nvidia.com/gpu", {"pool": "h200"})
     assert inv == GpuInventory(allocatable=16, free=10, largest_free_on_one_node=8, nodes=2)
+    # The watch moves the numbers: the running pod ends, the node cordoned.
+    ledger.pod_event(
+        "MODIFIED", {**pods[0], "metadata": {"uid": "0"}, "status": {"phase": "Succeeded"}}
+    )
+    ledger.node_event("MODIFIED", {**nodes[1], "spec": {"unschedulable": True}})
+    inv = ledger.inventory("nvidia.com/gpu", {"pool": "h200"})
+    assert inv == GpuInventory(allocatable=8, free=8, largest_free_on_one_node=8, nodes=1)
+
+
+def test_gpu_inventory_leaves_out_nodes_whose_taints_the_placement_does_not_tolerate() -> None:
+    taint = {"key": "pool", "value": "demo", "effect": "NoSchedule"}
+    nodes = [
+        {"metadata": {"name": "a"}, "spec": {}, "status": {"allocatable": {"nvidia.com/gpu": "8"}}},
+        {
+            "metadata": {"name": "b"},
+            "spec": {"taints": [taint, {"key": "soft", "effect": "PreferNoSchedule"}]},
+            "status": {"allocatable": {"nvidia.com/gpu": "8"}},
+        },
+    ]
+    ledger = GpuLedger()
+    ledger.nodes_listed(nodes)
+    assert ledger.inventory("nvidia.com/gpu", {}).nodes == 1
+    exact = [{"key": "pool", "operator": "Equal", "value": "demo", "effect": "NoSchedule"}]
+    assert ledger.inventory("nvidia.com/gpu", {}, exact).nodes == 2
+    assert ledger.inventory("nvidia.com/gpu", {}, [{"operator": "Exists"}]).nodes == 2
+    wrong = [{"key": "pool", "operator": "Equal", "value": "prod"}]
+    assert ledger.inventory("nvidia.com/gpu", {}, wrong).nodes == 1

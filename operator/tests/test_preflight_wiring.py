@@ -7,7 +7,7 @@ from typing import Any
 
 from conftest import FakeKube, probe_report, resource, spec_of
 from kimik3_operator.builders.common import Owner
-from kimik3_operator.builders.probe import build_probe_job, probe_key
+from kimik3_operator.builders.preflight_job import build_probe_job, probe_key
 from kimik3_operator.handlers.reconcile import reconcile
 from kimik3_operator.preflight.gate import probed_facts
 from kimik3_operator.preflight.probe import probe_state

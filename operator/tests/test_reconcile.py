@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from conftest import FakeKube, resource
-from kimik3_operator.handlers.apply import is_subset, needs_apply
+from kimik3_operator.handlers.drift import is_subset, needs_apply
 from kimik3_operator.handlers.reconcile import reconcile
 
 NOW = "2026-12-02T00:00:00Z"

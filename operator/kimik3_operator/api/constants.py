@@ -14,6 +14,8 @@ FIELD_MANAGER: Final = "kimik3-operator"
 SPEC_HASH_ANNOTATION: Final = f"{GROUP}/spec-hash"
 PROBE_KEY_LABEL: Final = f"{GROUP}/probe-key"
 OPERATOR_NAME: Final = "kimik3-operator"
+# Releases before 0.2 ran kopf timers, which made kopf put this finalizer on every resource.
+LEGACY_KOPF_FINALIZER: Final = "kopf.zalando.org/KopfFinalizerMarker"
 
 LWS_GROUP: Final = "leaderworkerset.x-k8s.io"
 LWS_VERSION: Final = "v1"

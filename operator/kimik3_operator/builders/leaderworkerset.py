@@ -9,7 +9,7 @@ from kimik3_operator.api import names
 from kimik3_operator.api.spec import KimiK3DeploymentSpec
 from kimik3_operator.builders.command import MODEL_MOUNT, Role, serve_args
 from kimik3_operator.builders.common import Owner, labels, metadata
-from kimik3_operator.builders.probes import leader_probes
+from kimik3_operator.builders.health_probes import leader_probes
 from kimik3_operator.preflight.pairing import ResolvedDrafter
 
 CONTAINER_NAME = "vllm"

@@ -1,4 +1,5 @@
-"""The kopf wiring: every trigger calls the same reconcile. Importing registers them."""
+"""The kopf wiring: kopf runs the process (peering, liveness, signals); the controller does
+the work from its own watches. Importing registers the handlers."""
 
 from __future__ import annotations
 
@@ -8,19 +9,14 @@ from typing import Any
 import kopf
 import prometheus_client
 
-from kimik3_operator import metrics
 from kimik3_operator.api import constants as c
 from kimik3_operator.config import Settings
-from kimik3_operator.handlers.reconcile import reconcile
+from kimik3_operator.handlers.controller import Controller
 from kimik3_operator.handlers.speculation import Scraper
 from kimik3_operator.kube import ApiKube, Kube, KubeError
 
 SETTINGS = Settings.from_env()
-_kube: Kube | None = None
-MANAGED = {c.LABEL_MANAGED_BY: c.OPERATOR_NAME}
-SCRAPER = Scraper(
-    window_seconds=SETTINGS.acceptance_window_seconds, url_override=SETTINGS.scrape_url
-)
+CONTROLLERS: list[Controller] = []
 
 
 def ensure_peering(client: Kube, name: str, namespaces: tuple[str, ...]) -> None:
@@ -39,77 +35,55 @@ def ensure_peering(client: Kube, name: str, namespaces: tuple[str, ...]) -> None
                     raise
 
 
-def kube() -> Kube:
-    global _kube  # noqa: PLW0603 - one client for the process, made after kopf logs in
-    if _kube is None:
-        _kube = ApiKube.from_environment()
-    return _kube
+class PeeringFollower(logging.Handler):
+    """Follows kopf's peering verdicts, which kopf only logs: the controller works while
+    this replica is the active one and keeps its caches warm while it is not."""
+
+    def __init__(self, controller: Controller) -> None:
+        super().__init__(logging.INFO)
+        self.controller = controller
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if message.startswith("Pausing operations") or message.startswith("Pausing all"):
+            self.controller.set_active(False)
+        elif message.startswith("Resuming operations"):
+            self.controller.set_active(True)
 
 
 @kopf.on.startup()
-def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+def start(settings: kopf.OperatorSettings, **_: Any) -> None:
     if SETTINGS.metrics_port:
         prometheus_client.start_http_server(SETTINGS.metrics_port, SETTINGS.metrics_address)
     settings.peering.priority = SETTINGS.priority
     settings.peering.lifetime = SETTINGS.peering_lifetime_seconds
+    api = ApiKube.from_environment()
     if SETTINGS.peering_name:
-        ensure_peering(kube(), SETTINGS.peering_name, SETTINGS.namespaces)
-    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=c.GROUP)
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix=c.GROUP, key="last-handled-configuration"
-    )
+        ensure_peering(api, SETTINGS.peering_name, SETTINGS.namespaces)
     settings.posting.enabled = False  # events are posted by the reconcile, on change only
     settings.watching.server_timeout = 300
-    settings.execution.max_workers = 8
-    # Namespaces are listed explicitly (or all): no need to list/watch namespaces and CRDs,
-    # which keeps the RBAC to what the operator itself uses.
+    # Namespaces are listed explicitly (or all): kopf need not list/watch namespaces and
+    # CRDs, which keeps the RBAC to what the operator itself uses.
     settings.scanning.disabled = True
+    scraper = Scraper(
+        window_seconds=SETTINGS.acceptance_window_seconds, url_override=SETTINGS.scrape_url
+    )
+    controller = Controller(api, api.api_client, SETTINGS, scraper)
+    if SETTINGS.peering_name:
+        logging.getLogger("kopf").addHandler(PeeringFollower(controller))
+    else:
+        controller.set_active(True)
+    controller.start()
+    CONTROLLERS.append(controller)
 
 
-@kopf.on.create(c.GROUP, c.VERSION, c.PLURAL)
-@kopf.on.update(c.GROUP, c.VERSION, c.PLURAL, field="spec")
-@kopf.on.resume(c.GROUP, c.VERSION, c.PLURAL)
-def on_change(body: kopf.Body, **_: Any) -> None:
-    result = reconcile(kube(), body)
-    if result.invalid:
-        raise kopf.PermanentError("the spec is invalid; see the Degraded condition")
+@kopf.on.cleanup()
+def stop(**_: Any) -> None:
+    while CONTROLLERS:
+        CONTROLLERS.pop().stop()
 
 
-@kopf.timer(c.GROUP, c.VERSION, c.PLURAL, interval=SETTINGS.resync_seconds, idle=0)
-def resync(body: kopf.Body, **_: Any) -> None:
-    reconcile(kube(), body)
-
-
-Logger = logging.Logger | logging.LoggerAdapter[Any]
-
-
-@kopf.timer(c.GROUP, c.VERSION, c.PLURAL, interval=SETTINGS.scrape_seconds, idle=0)
-def scrape_acceptance(body: kopf.Body, **_: Any) -> None:
-    SCRAPER.tick(kube(), body)
-
-
-def _reconcile_owner(namespace: str | None, labels: Any, logger: Logger) -> None:
-    name = (labels or {}).get(c.LABEL_INSTANCE)
-    if not name or not namespace:
-        return
-    try:
-        # reconcile() reads the stored object itself and skips one gone or being deleted.
-        reconcile(kube(), {"metadata": {"name": name, "namespace": namespace}})
-    except Exception as exc:  # the timer retries; a child event must never crash the watch
-        logger.warning("reconcile of %s/%s after a child event failed: %s", namespace, name, exc)
-
-
-@kopf.on.delete(c.GROUP, c.VERSION, c.PLURAL, optional=True)
-def on_delete(namespace: str | None, name: str | None, **_: Any) -> None:
-    """Children go by garbage collection; only the metrics series are the operator's."""
-    if namespace and name:
-        metrics.forget(namespace, name)
-        SCRAPER.forget(namespace, name)
-
-
-@kopf.on.event("v1", "pods", labels=MANAGED)
-@kopf.on.event(c.LWS_GROUP, c.LWS_VERSION, c.LWS_PLURAL, labels=MANAGED)
-def on_child_event(namespace: str | None, labels: Any, type: str, logger: Logger, **_: Any) -> None:
-    if not type:  # the initial listing: the resume handlers cover it
-        return
-    _reconcile_owner(namespace, labels, logger)
+@kopf.on.event(c.GROUP, c.VERSION, c.PLURAL)
+def served(**_: Any) -> None:
+    """kopf serves the resource so that its peering elects one active replica; the
+    controller's watches do the work. An event handler needs no finalizer."""

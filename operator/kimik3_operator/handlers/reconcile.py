@@ -1,13 +1,14 @@
-"""One reconcile of a KimiK3Deployment: parse, build, apply what changed, observe, status.
+"""One reconcile of a KimiK3Deployment: parse, preflight, build, apply what changed,
+observe, write the status that changed.
 
-It talks to the API only through ``Kube`` and writes only what differs, so the same call
-serves the create/update/resume handlers, the timer and the child-event handlers.
+Reads go through ``Kube`` (in the operator, the watch caches), writes only where something
+differs, so one call serves every trigger: a change of the resource, a child's event, the
+periodic resync.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,42 +19,29 @@ from kimik3_operator.api import names
 from kimik3_operator.api.constants import ConditionType, Reason
 from kimik3_operator.api.spec import KimiK3DeploymentSpec, SpecError, parse_spec
 from kimik3_operator.builders.children import build_children
-from kimik3_operator.builders.common import Owner, selector_labels, with_spec_hash
-from kimik3_operator.builders.probe import build_probe_config_map, build_probe_job, probe_key
-from kimik3_operator.conditions import Condition, changed, now_rfc3339, set_condition
-from kimik3_operator.handlers.apply import needs_apply
+from kimik3_operator.builders.common import Owner, with_spec_hash
+from kimik3_operator.builders.preflight_job import (
+    build_probe_config_map,
+    build_probe_job,
+    probe_key,
+)
+from kimik3_operator.conditions import Condition, changed, now_rfc3339
+from kimik3_operator.handlers.drift import needs_apply
+from kimik3_operator.handlers.events import post_event
+from kimik3_operator.handlers.locks import lock_for
+from kimik3_operator.handlers.status import all_conditions, desired_status, status_delta
 from kimik3_operator.kube import Kube, KubeError, Obj
-from kimik3_operator.observe import Observation, gpu_inventory, invalid_spec, observe
+from kimik3_operator.observe import GpuInventory, Observation, invalid_spec, observe
 from kimik3_operator.preflight.gate import Gate, evaluate, gated_observation
-from kimik3_operator.preflight.pairing import resolve_drafter
 from kimik3_operator.preflight.probe import ProbeState, probe_state
 from kimik3_operator.preflight.table import load_table
 
 log = logging.getLogger(__name__)
 CRD_API = "apiextensions.k8s.io/v1"
 LWS_API = f"{c.LWS_GROUP}/{c.LWS_VERSION}"
-WARNING_REASONS = frozenset(
-    {
-        Reason.INVALID_SPEC,
-        Reason.LEADER_WORKER_SET_CRD_MISSING,
-        Reason.POD_CRASH_LOOPING,
-        Reason.POD_OOM_KILLED,
-        Reason.IMAGE_PULL_FAILED,
-        Reason.INSUFFICIENT_GPUS,
-        Reason.UNSCHEDULABLE,
-        Reason.APPLY_FAILED,
-        Reason.PREFLIGHT_FAILED,
-    }
-)
-
-_locks: dict[tuple[str, str], threading.Lock] = {}
-_locks_guard = threading.Lock()
-
-
-def lock_for(namespace: str, name: str) -> threading.Lock:
-    """One reconcile at a time per resource: handlers run in several threads."""
-    with _locks_guard:
-        return _locks.setdefault((namespace, name), threading.Lock())
+# What the scheduler had to work with, for a placement: (gpuResource, nodeSelector,
+# tolerations).
+GpuSource = Callable[[str, Mapping[str, str], Sequence[Mapping[str, Any]]], GpuInventory]
 
 
 @dataclass
@@ -66,7 +54,10 @@ class ReconcileResult:
 
 
 def reconcile(
-    kube: Kube, body: Mapping[str, Any], clock: Callable[[], str] = now_rfc3339
+    kube: Kube,
+    body: Mapping[str, Any],
+    clock: Callable[[], str] = now_rfc3339,
+    gpus: GpuSource | None = None,
 ) -> ReconcileResult:
     meta = body["metadata"]
     with lock_for(meta["namespace"], meta["name"]), metrics.RECONCILE_SECONDS.time():
@@ -76,7 +67,8 @@ def reconcile(
         if fresh is None or fresh.get("metadata", {}).get("deletionTimestamp"):
             return ReconcileResult()
         try:
-            result = _reconcile(kube, fresh, clock)
+            fresh = _drop_legacy_finalizer(kube, fresh)
+            result = _reconcile(kube, fresh, clock, gpus)
         except Exception:
             metrics.RECONCILES.labels("error").inc()
             raise
@@ -84,7 +76,21 @@ def reconcile(
         return result
 
 
-def _reconcile(kube: Kube, body: Mapping[str, Any], clock: Callable[[], str]) -> ReconcileResult:
+def _drop_legacy_finalizer(kube: Kube, body: Obj) -> Obj:
+    """Resources made under earlier releases carry kopf's finalizer; nothing needs it now,
+    and it would block their deletion while the operator is down."""
+    meta = body["metadata"]
+    finalizers = list(meta.get("finalizers") or [])
+    if c.LEGACY_KOPF_FINALIZER not in finalizers:
+        return body
+    kept = [f for f in finalizers if f != c.LEGACY_KOPF_FINALIZER]
+    patch = {"metadata": {"finalizers": kept, "resourceVersion": meta.get("resourceVersion")}}
+    return kube.patch(c.API_VERSION, c.KIND, meta["name"], meta["namespace"], patch)
+
+
+def _reconcile(
+    kube: Kube, body: Mapping[str, Any], clock: Callable[[], str], gpus: GpuSource | None
+) -> ReconcileResult:
     meta = body["metadata"]
     owner = Owner(meta["name"], meta["namespace"], meta["uid"])
     result = ReconcileResult()
@@ -134,13 +140,10 @@ def _reconcile(kube: Kube, body: Mapping[str, Any], clock: Callable[[], str]) ->
     )
     pods = _pods(kube, owner) if lws_installed else []
     observation = observe(spec, lws_crd_installed=lws_installed, lws=lws, pods=pods)
-    if any(p.reason == Reason.INSUFFICIENT_GPUS for p in observation.problems):
-        gpus = gpu_inventory(
-            kube.list("v1", "Node"),
-            kube.list("v1", "Pod", field_selector="status.phase!=Succeeded,status.phase!=Failed"),
-            spec,
-        )
-        observation = observe(spec, lws_crd_installed=True, lws=lws, pods=pods, gpus=gpus)
+    if gpus is not None and any(p.reason == Reason.INSUFFICIENT_GPUS for p in observation.problems):
+        placement = spec.placement
+        inventory = gpus(placement.gpu_resource, placement.node_selector, placement.tolerations)
+        observation = observe(spec, lws_crd_installed=True, lws=lws, pods=pods, gpus=inventory)
     _write_status(kube, body, spec, gated_observation(observation, gate), result, clock, gate)
     return result
 
@@ -209,81 +212,6 @@ def _delete_owned(
         result.deleted.append(f"{kind}/{name}")
 
 
-def desired_status(
-    body: Mapping[str, Any],
-    spec: KimiK3DeploymentSpec | None,
-    observation: Observation,
-    now: str,
-    gate: Gate | None = None,
-) -> dict[str, Any]:
-    meta = body["metadata"]
-    current: Mapping[str, Any] = body.get("status") or {}
-    generation = int(meta.get("generation", 0) or 0)
-    conditions: list[dict[str, Any]] = [dict(x) for x in current.get("conditions", []) or []]
-    for condition in _all_conditions(observation, gate):
-        conditions = set_condition(conditions, condition, generation, now)
-    status: dict[str, Any] = {
-        "observedGeneration": generation,
-        "conditions": conditions,
-        "reason": observation.summary_reason,
-    }
-    if spec is not None:
-        owner = Owner(meta["name"], meta["namespace"], meta.get("uid", ""))
-        labels = selector_labels(owner, c.COMPONENT_LEADER)
-        status.update(
-            {
-                "replicas": spec.replicas,
-                "readyReplicas": observation.ready_replicas,
-                "selector": ",".join(f"{k}={v}" for k, v in labels.items()),
-                "nodesPerReplica": spec.nodes_per_replica,
-                "gpusPerReplica": spec.gpus_per_replica,
-                "endpoint": names.endpoint(owner.name, owner.namespace, spec.service.port),
-                "speculative": _speculative(spec, current.get("speculative") or {}),
-            }
-        )
-    if gate is not None:
-        status["capabilities"] = _keep_checked_at(current.get("capabilities") or {}, gate.status)
-    return status
-
-
-def _all_conditions(observation: Observation, gate: Gate | None) -> tuple[Condition, ...]:
-    return (gate.conditions if gate is not None else ()) + observation.conditions
-
-
-def _keep_checked_at(current: Mapping[str, Any], new: dict[str, Any]) -> dict[str, Any]:
-    """Unchanged capabilities keep their checkedAt, so a no-op reconcile writes nothing."""
-    same = {k: v for k, v in current.items() if k != "checkedAt"} == {
-        k: v for k, v in new.items() if k != "checkedAt"
-    }
-    if same and "checkedAt" in current:
-        return {**new, "checkedAt": current["checkedAt"]}
-    return new
-
-
-def _speculative(spec: KimiK3DeploymentSpec, current: Mapping[str, Any]) -> dict[str, Any]:
-    drafter = resolve_drafter(spec)
-    if drafter is None:
-        return {"method": "none"}
-    section = dict(current) if current.get("drafter") == drafter.repo else {}
-    section.update(
-        {
-            "method": drafter.method,
-            "drafter": drafter.repo,
-            "autoPaired": drafter.auto_paired,
-        }
-    )
-    if drafter.num_speculative_tokens is not None:
-        section["numSpeculativeTokens"] = drafter.num_speculative_tokens
-    else:
-        section.pop("numSpeculativeTokens", None)
-    return section
-
-
-def status_delta(current: Mapping[str, Any], desired: Mapping[str, Any]) -> dict[str, Any]:
-    """Top-level status fields whose value differs (a merge patch replaces each whole)."""
-    return {k: v for k, v in desired.items() if current.get(k) != v}
-
-
 def _write_status(
     kube: Kube,
     body: Mapping[str, Any],
@@ -296,7 +224,7 @@ def _write_status(
     meta = body["metadata"]
     current: Mapping[str, Any] = body.get("status") or {}
     status = desired_status(body, spec, observation, clock(), gate)
-    conditions = _all_conditions(observation, gate)
+    conditions = all_conditions(observation, gate)
     metrics.record_conditions(meta["namespace"], meta["name"], conditions)
     delta = status_delta(current, status)
     if not delta:
@@ -304,7 +232,7 @@ def _write_status(
     kube.patch_status(c.API_VERSION, c.KIND, meta["name"], meta["namespace"], delta)
     result.status_written = True
     old_conditions = current.get("conditions", []) or []
-    for condition in _all_conditions(observation, gate):
+    for condition in all_conditions(observation, gate):
         if changed(old_conditions, condition):
             if condition.type in (
                 ConditionType.CAPABILITIES_VERIFIED,
@@ -315,35 +243,3 @@ def _write_status(
                 ).inc()
             post_event(kube, body, condition, clock())
             result.events.append(f"{condition.type}={condition.status}/{condition.reason}")
-
-
-def post_event(kube: Kube, body: Mapping[str, Any], condition: Condition, now: str) -> None:
-    meta = body["metadata"]
-    warning = condition.reason in WARNING_REASONS or (
-        condition.type == ConditionType.DEGRADED and condition.status == "True"
-    )
-    event = {
-        "apiVersion": "v1",
-        "kind": "Event",
-        "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
-        "involvedObject": {
-            "apiVersion": c.API_VERSION,
-            "kind": c.KIND,
-            "name": meta["name"],
-            "namespace": meta["namespace"],
-            "uid": meta.get("uid", ""),
-        },
-        "type": "Warning" if warning else "Normal",
-        "reason": condition.reason,
-        "message": f"{condition.type}={condition.status}: {condition.message}"[:1024],
-        "source": {"component": c.OPERATOR_NAME},
-        "reportingComponent": c.OPERATOR_NAME,
-        "firstTimestamp": now,
-        "lastTimestamp": now,
-        "count": 1,
-    }
-    try:
-        kube.create(event)
-    except KubeError as exc:
-        # An event is best effort: losing one must not fail the reconcile.
-        log.warning("could not post event %s: %s", condition.reason, exc)

@@ -15,7 +15,8 @@ from kimik3_operator.api import constants as c
 from kimik3_operator.api.constants import ConditionType
 from kimik3_operator.api.spec import SpecError, parse_spec
 from kimik3_operator.conditions import Condition, find, now_rfc3339, set_condition
-from kimik3_operator.handlers.reconcile import lock_for, post_event
+from kimik3_operator.handlers.events import post_event
+from kimik3_operator.handlers.locks import lock_for
 from kimik3_operator.kube import Kube, Obj
 from kimik3_operator.observe import pod_ready
 from kimik3_operator.speculative import (
@@ -104,6 +105,9 @@ class Scraper:
 
     def forget(self, namespace: str, name: str) -> None:
         self.trackers.pop((namespace, name), None)
+
+    def known(self) -> set[tuple[str, str]]:
+        return set(self.trackers)
 
     def url(self, pod: Mapping[str, Any], port: int) -> str | None:
         if self.url_override:

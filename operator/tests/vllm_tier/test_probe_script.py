@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from kimik3_operator.api.spec import parse_spec
-from kimik3_operator.builders.probe import probe_request
+from kimik3_operator.builders.preflight_job import probe_request
 from kimik3_operator.preflight.table import load_table
 
 from .helpers import ROOT, vllm_python

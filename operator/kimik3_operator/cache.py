@@ -1,0 +1,299 @@
+"""Watch-fed, in-memory state: the objects the reconcile reads, and the GPU ledger.
+
+``CachedKube`` serves every read from memory and sends only writes to the API server; what a
+write returns goes back into memory at once, so the next reconcile sees its own write before
+the watch event arrives.
+"""
+
+from __future__ import annotations
+
+import builtins
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kimik3_operator.kube import Kube, Obj
+from kimik3_operator.observe import GpuInventory
+
+Key = tuple[str, str, str]  # kind, namespace ("" when cluster-scoped), name
+
+
+def slim(obj: Mapping[str, Any]) -> Obj:
+    """The object without managedFields, which nothing here reads and which is most of it."""
+    meta = dict(obj.get("metadata") or {})
+    meta.pop("managedFields", None)
+    return {**obj, "metadata": meta}
+
+
+def parse_selector(selector: str) -> dict[str, str]:
+    """Equality label selectors (``a=b,c=d``), the only kind the operator writes."""
+    pairs: dict[str, str] = {}
+    for term in filter(None, (t.strip() for t in selector.split(","))):
+        key, _, value = term.partition("=")
+        pairs[key.strip()] = value.strip().lstrip("=")
+    return pairs
+
+
+def matches(obj: Mapping[str, Any], selector: Mapping[str, str]) -> bool:
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    return all(labels.get(k) == v for k, v in selector.items())
+
+
+class Store:
+    """Objects by kind, namespace and name, replaced per (kind, scope) on every list."""
+
+    def __init__(self) -> None:
+        self._objects: dict[Key, Obj] = {}
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def key(kind: str, obj: Mapping[str, Any]) -> Key:
+        meta = obj.get("metadata") or {}
+        return kind, meta.get("namespace") or "", meta.get("name", "")
+
+    def upsert(self, kind: str, obj: Mapping[str, Any]) -> None:
+        with self._lock:
+            key = self.key(kind, obj)
+            old = self._objects.get(key)
+            if old is not None and _newer(old, obj):
+                return  # a watch event older than a write already recorded
+            self._objects[key] = slim(obj)
+
+    def remove(self, kind: str, namespace: str | None, name: str) -> None:
+        with self._lock:
+            self._objects.pop((kind, namespace or "", name), None)
+
+    def replace(self, kind: str, namespace: str | None, items: Iterable[Mapping[str, Any]]) -> None:
+        """A fresh list: drop what the scope held, keep exactly what was listed."""
+        with self._lock:
+            for key in [
+                k
+                for k in self._objects
+                if k[0] == kind and (namespace is None or k[1] == namespace)
+            ]:
+                del self._objects[key]
+            for obj in items:
+                self._objects[self.key(kind, obj)] = slim(obj)
+
+    def get(self, kind: str, namespace: str | None, name: str) -> Obj | None:
+        with self._lock:
+            return self._objects.get((kind, namespace or "", name))
+
+    def list(self, kind: str, namespace: str | None = None, selector: str = "") -> list[Obj]:
+        wanted = parse_selector(selector)
+        with self._lock:
+            return [
+                obj
+                for (k, ns, _), obj in self._objects.items()
+                if k == kind and (namespace is None or ns == namespace) and matches(obj, wanted)
+            ]
+
+    def keys(self, kind: str) -> builtins.list[tuple[str, str]]:
+        with self._lock:
+            return [(ns, name) for (k, ns, name) in self._objects if k == kind]
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._objects)
+
+
+def _newer(held: Mapping[str, Any], incoming: Mapping[str, Any]) -> bool:
+    """Whether ``held`` is a later version of the same object than ``incoming``.
+
+    resourceVersions are opaque, but on one object from one etcd they grow; compare as
+    integers where both parse, and never skip an object with a different uid.
+    """
+    a, b = held.get("metadata") or {}, incoming.get("metadata") or {}
+    if a.get("uid") != b.get("uid"):
+        return False
+    try:
+        return int(a.get("resourceVersion", 0)) > int(b.get("resourceVersion", 0))
+    except (TypeError, ValueError):
+        return False
+
+
+@dataclass(frozen=True)
+class Taint:
+    key: str
+    value: str
+    effect: str
+
+
+@dataclass(frozen=True)
+class NodeGpus:
+    labels: Mapping[str, str]
+    schedulable: bool
+    allocatable: Mapping[str, int]
+    taints: tuple[Taint, ...] = ()
+
+
+def tolerates(tolerations: Iterable[Mapping[str, Any]], taint: Taint) -> bool:
+    """The scheduler's toleration match, for the effects that keep a pod off a node."""
+    for toleration in tolerations:
+        effect = toleration.get("effect") or ""
+        if effect and effect != taint.effect:
+            continue
+        key = toleration.get("key") or ""
+        if toleration.get("operator") == "Exists":
+            if not key or key == taint.key:
+                return True
+        elif key == taint.key and (toleration.get("value") or "") == taint.value:
+            return True
+    return False
+
+
+def _extended(resources: Mapping[str, Any] | None) -> dict[str, int]:
+    """Extended resources (``vendor/name``) as integers: GPUs and the like."""
+    found: dict[str, int] = {}
+    for name, value in (resources or {}).items():
+        if "/" in name:
+            try:
+                found[name] = int(str(value))
+            except ValueError:
+                continue
+    return found
+
+
+def node_gpus(node: Mapping[str, Any]) -> NodeGpus:
+    spec = node.get("spec") or {}
+    return NodeGpus(
+        labels=dict((node.get("metadata") or {}).get("labels") or {}),
+        schedulable=not spec.get("unschedulable"),
+        allocatable=_extended((node.get("status") or {}).get("allocatable")),
+        taints=tuple(
+            Taint(t.get("key", ""), t.get("value") or "", t.get("effect", ""))
+            for t in spec.get("taints") or []
+            if t.get("effect") in ("NoSchedule", "NoExecute")
+        ),
+    )
+
+
+def pod_gpus(pod: Mapping[str, Any]) -> tuple[str, dict[str, int]] | None:
+    """(node, extended-resource requests) of a bound, running pod; None for anything else."""
+    spec = pod.get("spec") or {}
+    node = spec.get("nodeName")
+    if not node or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+        return None
+    total: dict[str, int] = {}
+    for container in spec.get("containers") or []:
+        requests = (container.get("resources") or {}).get("requests")
+        for name, amount in _extended(requests).items():
+            total[name] = total.get(name, 0) + amount
+    return (node, total) if total else None
+
+
+class GpuLedger:
+    """Per node the allocatable GPUs, per pod what it holds: numbers, never whole objects."""
+
+    def __init__(self) -> None:
+        self._nodes: dict[str, NodeGpus] = {}
+        self._pods: dict[str, tuple[str, dict[str, int]]] = {}
+        self._lock = threading.Lock()
+
+    def node_event(self, kind: str, node: Mapping[str, Any]) -> None:
+        name = (node.get("metadata") or {}).get("name", "")
+        with self._lock:
+            if kind == "DELETED":
+                self._nodes.pop(name, None)
+            else:
+                self._nodes[name] = node_gpus(node)
+
+    def nodes_listed(self, nodes: Iterable[Mapping[str, Any]]) -> None:
+        with self._lock:
+            self._nodes = {(n.get("metadata") or {}).get("name", ""): node_gpus(n) for n in nodes}
+
+    def pod_event(self, kind: str, pod: Mapping[str, Any]) -> None:
+        uid = (pod.get("metadata") or {}).get("uid", "")
+        held = None if kind == "DELETED" else pod_gpus(pod)
+        with self._lock:
+            if held is None:
+                self._pods.pop(uid, None)
+            else:
+                self._pods[uid] = held
+
+    def pods_listed(self, pods: Iterable[Mapping[str, Any]]) -> None:
+        held = {(p.get("metadata") or {}).get("uid", ""): pod_gpus(p) for p in pods}
+        with self._lock:
+            self._pods = {uid: h for uid, h in held.items() if h is not None}
+
+    def inventory(
+        self,
+        resource: str,
+        node_selector: Mapping[str, str],
+        tolerations: Iterable[Mapping[str, Any]] = (),
+    ) -> GpuInventory:
+        """GPUs on the nodes this placement could use: what the scheduler had to work with."""
+        tolerated = list(tolerations)
+        with self._lock:
+            used: dict[str, int] = {}
+            for bound_to, requests in self._pods.values():
+                used[bound_to] = used.get(bound_to, 0) + requests.get(resource, 0)
+            allocatable = free = largest = count = 0
+            for node_name, gpus in self._nodes.items():
+                amount = gpus.allocatable.get(resource, 0)
+                if not gpus.schedulable or amount == 0:
+                    continue
+                if any(gpus.labels.get(k) != v for k, v in node_selector.items()):
+                    continue
+                if not all(tolerates(tolerated, taint) for taint in gpus.taints):
+                    continue
+                count += 1
+                allocatable += amount
+                left = max(0, amount - used.get(node_name, 0))
+                free += left
+                largest = max(largest, left)
+        return GpuInventory(allocatable, free, largest, count)
+
+    def sizes(self) -> tuple[int, int]:
+        with self._lock:
+            return len(self._nodes), len(self._pods)
+
+
+class CachedKube:
+    """Reads from the store, writes through to the API server (and back into the store)."""
+
+    def __init__(self, api: Kube, store: Store) -> None:
+        self.api = api
+        self.store = store
+
+    def get(
+        self, api_version: str, kind: str, name: str, namespace: str | None = None
+    ) -> Obj | None:
+        return self.store.get(kind, namespace, name)
+
+    def list(
+        self,
+        api_version: str,
+        kind: str,
+        namespace: str | None = None,
+        label_selector: str = "",
+        field_selector: str = "",
+    ) -> list[Obj]:
+        return self.store.list(kind, namespace, label_selector)
+
+    def apply(self, manifest: Mapping[str, Any]) -> Obj:
+        result = self.api.apply(manifest)
+        self.store.upsert(str(manifest["kind"]), result)
+        return result
+
+    def patch_status(
+        self, api_version: str, kind: str, name: str, namespace: str, status: Mapping[str, Any]
+    ) -> Obj:
+        result = self.api.patch_status(api_version, kind, name, namespace, status)
+        self.store.upsert(kind, result)
+        return result
+
+    def patch(
+        self, api_version: str, kind: str, name: str, namespace: str, patch: Mapping[str, Any]
+    ) -> Obj:
+        result = self.api.patch(api_version, kind, name, namespace, patch)
+        self.store.upsert(kind, result)
+        return result
+
+    def delete(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> None:
+        self.api.delete(api_version, kind, name, namespace)
+        self.store.remove(kind, namespace, name)
+
+    def create(self, manifest: Mapping[str, Any]) -> Obj:
+        return self.api.create(manifest)

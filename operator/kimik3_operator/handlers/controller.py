@@ -1,0 +1,337 @@
+"""The operator's engine: watches fill the caches, events become keys in one coalescing
+queue, worker threads reconcile, and one operator-wide loop does the periodic work.
+
+Nothing here is per-object in kopf's sense, so kopf puts no finalizer on a resource: a
+KimiK3Deployment or its namespace deletes with the operator stopped, its children go by
+garbage collection, and the operator's own state for it (metrics series, scraper windows,
+locks) is dropped on the delete event or when the loop no longer finds it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from kimik3_operator import metrics
+from kimik3_operator.api import constants as c
+from kimik3_operator.cache import CachedKube, GpuLedger, Store
+from kimik3_operator.config import Settings
+from kimik3_operator.handlers.locks import forget_lock
+from kimik3_operator.handlers.queue import WorkQueue
+from kimik3_operator.handlers.reconcile import reconcile
+from kimik3_operator.handlers.speculation import Scraper
+from kimik3_operator.informer import Informer, Obj
+from kimik3_operator.kube import Kube, KubeError
+from kimik3_operator.observe import GpuInventory
+
+log = logging.getLogger(__name__)
+Key = tuple[str, str]
+MANAGED_SELECTOR = f"{c.LABEL_MANAGED_BY}={c.OPERATOR_NAME}"
+
+
+@dataclass(frozen=True)
+class WatchedKind:
+    kind: str
+    group_version: str  # "v1" for the core group
+    plural: str
+
+
+# The children, each watched with the managed-by label selector on the server.
+CHILD_KINDS = (
+    WatchedKind("LeaderWorkerSet", f"{c.LWS_GROUP}/{c.LWS_VERSION}", c.LWS_PLURAL),
+    WatchedKind("Service", "v1", "services"),
+    WatchedKind("PodMonitor", f"{c.MONITORING_GROUP}/v1", "podmonitors"),
+    WatchedKind("Job", "batch/v1", "jobs"),
+    WatchedKind("ConfigMap", "v1", "configmaps"),
+    WatchedKind("Pod", "v1", "pods"),
+)
+# CRDs whose presence changes what the operator builds.
+WATCHED_CRDS = {
+    c.LWS_CRD: "LeaderWorkerSet",
+    c.PODMONITOR_CRD: "PodMonitor",
+}
+
+
+def collection_path(group_version: str, plural: str, namespace: str | None) -> str:
+    base = "/api/v1" if group_version == "v1" else f"/apis/{group_version}"
+    return f"{base}/namespaces/{namespace}/{plural}" if namespace else f"{base}/{plural}"
+
+
+def owner_key(obj: Mapping[str, Any]) -> Key | None:
+    meta = obj.get("metadata") or {}
+    name = (meta.get("labels") or {}).get(c.LABEL_INSTANCE)
+    namespace = meta.get("namespace")
+    return (namespace, name) if name and namespace else None
+
+
+@dataclass
+class Controller:
+    api: Kube
+    api_client: Any
+    settings: Settings
+    scraper: Scraper
+    store: Store = field(default_factory=Store)
+    ledger: GpuLedger | None = None
+    queue: WorkQueue[Key] = field(default_factory=WorkQueue)
+    active: threading.Event = field(default_factory=threading.Event)
+    informers: list[Informer] = field(default_factory=list)
+    reconcile_fn: Callable[..., Any] = reconcile
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _threads: list[threading.Thread] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.kube = CachedKube(self.api, self.store)
+        self.queue.delay = self.settings.coalesce_seconds
+        if self.settings.gpu_inventory and self.ledger is None:
+            self.ledger = GpuLedger()
+
+    # --- the watches --------------------------------------------------------------------
+
+    def build_informers(self) -> list[Informer]:
+        scopes: tuple[str | None, ...] = self.settings.namespaces or (None,)
+        made: list[Informer] = []
+        by_kind: dict[str, list[Informer]] = {}
+        for namespace in scopes:
+            made.append(self._informer(c.KIND, c.API_VERSION, c.PLURAL, namespace, ""))
+            for child in CHILD_KINDS:
+                informer = self._informer(
+                    child.kind, child.group_version, child.plural, namespace, MANAGED_SELECTOR
+                )
+                by_kind.setdefault(child.kind, []).append(informer)
+                made.append(informer)
+        for crd, kind in WATCHED_CRDS.items():
+            made.append(self._crd_informer(crd, by_kind.get(kind, [])))
+        if self.ledger is not None:
+            ledger = self.ledger
+            made.append(
+                Informer(
+                    self.api_client,
+                    "/api/v1/nodes",
+                    on_sync=ledger.nodes_listed,
+                    on_event=self._gpu_change(ledger.node_event),
+                    name="nodes (GPU ledger)",
+                )
+            )
+            made.append(
+                Informer(
+                    self.api_client,
+                    "/api/v1/pods",
+                    on_sync=ledger.pods_listed,
+                    on_event=self._gpu_change(ledger.pod_event),
+                    # Bound pods that still hold their resources.
+                    field_selector="spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed",
+                    name="pods (GPU ledger)",
+                )
+            )
+        return made
+
+    def _informer(
+        self,
+        kind: str,
+        group_version: str,
+        plural: str,
+        namespace: str | None,
+        selector: str,
+    ) -> Informer:
+        def on_sync(items: list[Obj]) -> None:
+            self.store.replace(kind, namespace, items)
+            if kind == c.KIND:
+                self._forget_missing()
+                for item in items:
+                    self._enqueue(Store.key(kind, item)[1:])
+            else:
+                for item in items:
+                    self._enqueue_owner(item)
+
+        def on_event(event: str, obj: Obj) -> None:
+            meta = obj.get("metadata") or {}
+            if event == "DELETED":
+                self.store.remove(kind, meta.get("namespace"), meta.get("name", ""))
+            else:
+                self.store.upsert(kind, obj)
+            if kind == c.KIND:
+                key = (meta.get("namespace", ""), meta.get("name", ""))
+                if event == "DELETED":
+                    self.forget(*key)
+                else:
+                    self._enqueue(key)
+            else:
+                self._enqueue_owner(obj)
+
+        return Informer(
+            self.api_client,
+            collection_path(group_version, plural, namespace),
+            on_sync=on_sync,
+            on_event=on_event,
+            label_selector=selector,
+            name=f"{plural} in {namespace or 'all namespaces'}",
+        )
+
+    def _crd_informer(self, crd: str, dependents: list[Informer]) -> Informer:
+        kind = "CustomResourceDefinition"
+
+        def changed() -> None:
+            for informer in dependents:
+                informer.wake()
+            self.enqueue_all()
+
+        def on_sync(items: list[Obj]) -> None:
+            had = self.store.get(kind, None, crd) is not None
+            if items:
+                self.store.upsert(kind, items[0])
+            else:
+                self.store.remove(kind, None, crd)
+            if had != bool(items):
+                changed()
+
+        def on_event(event: str, obj: Obj) -> None:
+            had = self.store.get(kind, None, crd) is not None
+            if event == "DELETED":
+                self.store.remove(kind, None, crd)
+            else:
+                self.store.upsert(kind, obj)
+            if had != (event != "DELETED"):
+                changed()
+
+        return Informer(
+            self.api_client,
+            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+            on_sync=on_sync,
+            on_event=on_event,
+            field_selector=f"metadata.name={crd}",
+            name=f"crd {crd}",
+        )
+
+    def _gpu_change(self, record: Callable[[str, Obj], None]) -> Callable[[str, Obj], None]:
+        def on_event(event: str, obj: Obj) -> None:
+            record(event, obj)
+            # Free GPUs moved: a deployment waiting for them may fit now.
+            for namespace, name in self.store.keys(c.KIND):
+                body = self.store.get(c.KIND, namespace, name) or {}
+                if (body.get("status") or {}).get("reason") == c.Reason.INSUFFICIENT_GPUS:
+                    self._enqueue((namespace, name))
+
+        return on_event
+
+    # --- the queue ----------------------------------------------------------------------
+
+    def _enqueue(self, key: Key) -> None:
+        if self.active.is_set():
+            self.queue.add(key)
+
+    def _enqueue_owner(self, obj: Mapping[str, Any]) -> None:
+        key = owner_key(obj)
+        if key is not None and self.store.get(c.KIND, *key) is not None:
+            self._enqueue(key)
+
+    def enqueue_all(self) -> None:
+        for key in self.store.keys(c.KIND):
+            self._enqueue(key)
+
+    def forget(self, namespace: str, name: str) -> None:
+        metrics.forget(namespace, name)
+        self.scraper.forget(namespace, name)
+        forget_lock(namespace, name)
+
+    def _forget_missing(self) -> None:
+        present = set(self.store.keys(c.KIND))
+        for key in (self.scraper.known() | metrics.known()) - present:
+            self.forget(*key)
+
+    def gpus(
+        self,
+        resource: str,
+        node_selector: Mapping[str, str],
+        tolerations: Sequence[Mapping[str, Any]],
+    ) -> GpuInventory:
+        assert self.ledger is not None
+        return self.ledger.inventory(resource, node_selector, tolerations)
+
+    def reconcile_key(self, key: Key) -> None:
+        namespace, name = key
+        body = {"metadata": {"namespace": namespace, "name": name}}
+        try:
+            self.reconcile_fn(self.kube, body, gpus=self.gpus if self.ledger is not None else None)
+        except KubeError as exc:
+            log.warning("reconcile of %s/%s: %s; retrying", namespace, name, exc)
+            self.queue.add(key, delay=self.settings.retry_seconds)
+        except Exception:
+            log.exception("reconcile of %s/%s failed; retrying", namespace, name)
+            self.queue.add(key, delay=self.settings.retry_seconds)
+
+    def _work(self) -> None:
+        while not self._stop.is_set():
+            key = self.queue.get(timeout=1.0)
+            if key is None:
+                continue
+            try:
+                if self.active.is_set():
+                    self.reconcile_key(key)
+            finally:
+                self.queue.done(key)
+
+    # --- the periodic loop --------------------------------------------------------------
+
+    def _loop(self) -> None:
+        next_resync = time.monotonic() + self.settings.resync_seconds
+        next_scrape = time.monotonic() + min(5.0, self.settings.scrape_seconds)
+        with ThreadPoolExecutor(self.settings.scrape_workers, "scrape") as pool:
+            while not self._stop.wait(0.5):
+                if not self.active.is_set():
+                    continue
+                now = time.monotonic()
+                if now >= next_resync:
+                    next_resync = now + self.settings.resync_seconds
+                    self._forget_missing()
+                    self.enqueue_all()
+                if now >= next_scrape:
+                    next_scrape = now + self.settings.scrape_seconds
+                    list(pool.map(self._scrape, self.store.keys(c.KIND)))
+
+    def _scrape(self, key: Key) -> None:
+        body = self.store.get(c.KIND, *key)
+        if body is None:
+            return
+        try:
+            self.scraper.tick(self.kube, body)
+        except Exception:  # one deployment's scrape never stops the others
+            log.exception("acceptance scrape of %s/%s failed", *key)
+
+    # --- lifecycle ----------------------------------------------------------------------
+
+    def start(self, sync_timeout: float = 60.0) -> None:
+        self.informers = self.build_informers()
+        for informer in self.informers:
+            informer.start()
+        deadline = time.monotonic() + sync_timeout
+        for informer in self.informers:
+            # Reconciling before the caches hold the truth would report made-up absences.
+            if not informer.synced.wait(max(0.0, deadline - time.monotonic())):
+                log.warning("informer %s has not listed yet; starting anyway", informer.name)
+        for number in range(self.settings.workers):
+            self._spawn(self._work, f"reconcile-{number}")
+        self._spawn(self._loop, "periodic")
+        self.enqueue_all()
+
+    def _spawn(self, target: Callable[[], None], name: str) -> None:
+        thread = threading.Thread(target=target, name=name, daemon=True)
+        thread.start()
+        self._threads.append(thread)
+
+    def set_active(self, active: bool) -> None:
+        if active and not self.active.is_set():
+            self.active.set()
+            self.enqueue_all()
+        elif not active:
+            self.active.clear()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.queue.close()
+        for informer in self.informers:
+            informer.stop()

@@ -1,0 +1,64 @@
+"""Kubernetes events for condition transitions; the type follows from the condition."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from kimik3_operator.api import constants as c
+from kimik3_operator.api.constants import ConditionType
+from kimik3_operator.conditions import Condition
+from kimik3_operator.kube import Kube, KubeError
+
+log = logging.getLogger(__name__)
+
+# Conditions whose False means trouble; Degraded is the other way round.
+_TROUBLE_WHEN_FALSE = frozenset(
+    {
+        ConditionType.CAPABILITIES_VERIFIED,
+        ConditionType.DRAFTER_PAIRED,
+        ConditionType.AVAILABLE,
+        ConditionType.SPECULATION_EFFECTIVE,
+    }
+)
+
+
+def event_type(condition: Condition) -> str:
+    """Warning for every condition that reports trouble, Normal for the rest."""
+    trouble = (condition.type in _TROUBLE_WHEN_FALSE and condition.status == "False") or (
+        condition.type == ConditionType.DEGRADED and condition.status == "True"
+    )
+    return "Warning" if trouble else "Normal"
+
+
+def build_event(body: Mapping[str, Any], condition: Condition, now: str) -> dict[str, Any]:
+    meta = body["metadata"]
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+        "involvedObject": {
+            "apiVersion": c.API_VERSION,
+            "kind": c.KIND,
+            "name": meta["name"],
+            "namespace": meta["namespace"],
+            "uid": meta.get("uid", ""),
+        },
+        "type": event_type(condition),
+        "reason": condition.reason,
+        "message": f"{condition.type}={condition.status}: {condition.message}"[:1024],
+        "source": {"component": c.OPERATOR_NAME},
+        "reportingComponent": c.OPERATOR_NAME,
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "count": 1,
+    }
+
+
+def post_event(kube: Kube, body: Mapping[str, Any], condition: Condition, now: str) -> None:
+    try:
+        kube.create(build_event(body, condition, now))
+    except KubeError as exc:
+        # An event is best effort: losing one must not fail the reconcile.
+        log.warning("could not post event %s: %s", condition.reason, exc)

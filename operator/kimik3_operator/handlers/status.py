@@ -1,0 +1,91 @@
+"""The status a reconcile wants: pure assembly from the stored object, the spec, the
+observation and the preflight gate, and the delta that is worth a write."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from kimik3_operator.api import constants as c
+from kimik3_operator.api import names
+from kimik3_operator.api.spec import KimiK3DeploymentSpec
+from kimik3_operator.builders.common import Owner, selector_labels
+from kimik3_operator.conditions import Condition, set_condition
+from kimik3_operator.observe import Observation
+from kimik3_operator.preflight.gate import Gate
+from kimik3_operator.preflight.pairing import resolve_drafter
+
+
+def desired_status(
+    body: Mapping[str, Any],
+    spec: KimiK3DeploymentSpec | None,
+    observation: Observation,
+    now: str,
+    gate: Gate | None = None,
+) -> dict[str, Any]:
+    meta = body["metadata"]
+    current: Mapping[str, Any] = body.get("status") or {}
+    generation = int(meta.get("generation", 0) or 0)
+    conditions: list[dict[str, Any]] = [dict(x) for x in current.get("conditions", []) or []]
+    for condition in all_conditions(observation, gate):
+        conditions = set_condition(conditions, condition, generation, now)
+    status: dict[str, Any] = {
+        "observedGeneration": generation,
+        "conditions": conditions,
+        "reason": observation.summary_reason,
+    }
+    if spec is not None:
+        owner = Owner(meta["name"], meta["namespace"], meta.get("uid", ""))
+        labels = selector_labels(owner, c.COMPONENT_LEADER)
+        status.update(
+            {
+                "replicas": spec.replicas,
+                "readyReplicas": observation.ready_replicas,
+                "selector": ",".join(f"{k}={v}" for k, v in labels.items()),
+                "nodesPerReplica": spec.nodes_per_replica,
+                "gpusPerReplica": spec.gpus_per_replica,
+                "endpoint": names.endpoint(owner.name, owner.namespace, spec.service.port),
+                "speculative": _speculative(spec, current.get("speculative") or {}),
+            }
+        )
+    if gate is not None:
+        status["capabilities"] = _keep_checked_at(current.get("capabilities") or {}, gate.status)
+    return status
+
+
+def all_conditions(observation: Observation, gate: Gate | None) -> tuple[Condition, ...]:
+    return (gate.conditions if gate is not None else ()) + observation.conditions
+
+
+def _keep_checked_at(current: Mapping[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """Unchanged capabilities keep their checkedAt, so a no-op reconcile writes nothing."""
+    same = {k: v for k, v in current.items() if k != "checkedAt"} == {
+        k: v for k, v in new.items() if k != "checkedAt"
+    }
+    if same and "checkedAt" in current:
+        return {**new, "checkedAt": current["checkedAt"]}
+    return new
+
+
+def _speculative(spec: KimiK3DeploymentSpec, current: Mapping[str, Any]) -> dict[str, Any]:
+    drafter = resolve_drafter(spec)
+    if drafter is None:
+        return {"method": "none"}
+    section = dict(current) if current.get("drafter") == drafter.repo else {}
+    section.update(
+        {
+            "method": drafter.method,
+            "drafter": drafter.repo,
+            "autoPaired": drafter.auto_paired,
+        }
+    )
+    if drafter.num_speculative_tokens is not None:
+        section["numSpeculativeTokens"] = drafter.num_speculative_tokens
+    else:
+        section.pop("numSpeculativeTokens", None)
+    return section
+
+
+def status_delta(current: Mapping[str, Any], desired: Mapping[str, Any]) -> dict[str, Any]:
+    """Top-level status fields whose value differs (a merge patch replaces each whole)."""
+    return {k: v for k, v in desired.items() if current.get(k) != v}
