@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 export KUBECONFIG_E2E := $(CURDIR)/e2e/.run/kubeconfig
 
-.PHONY: help venv lint fmt unit test-vllm e2e test cluster-tools cluster-up cluster-down demo vllm-venv clean
+.PHONY: help deps venv lint fmt unit test-vllm e2e test cluster-tools cluster-up cluster-down demo vllm-venv clean
 
 help:
 	@echo "make demo          local control plane + fake GPU nodes + operator + sample deployment"
@@ -19,6 +19,9 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 venv: $(VENV)/.installed
+
+deps:
+	bash scripts/install-deps.sh
 
 lint: venv
 	$(VENV)/bin/ruff check operator e2e bench observability scripts
@@ -41,17 +44,17 @@ test-vllm: venv vllm-venv
 cluster-tools:
 	bash e2e/cluster/build-tools.sh
 
-cluster-up: venv
+cluster-up: deps venv
 	PYTHON=$(CURDIR)/$(PY) bash e2e/cluster/up.sh
 
 cluster-down:
 	bash e2e/cluster/down.sh
 
-e2e: venv cluster-up
+e2e: deps venv cluster-up
 	$(PY) -m pytest -q e2e
 
 # The whole suite in one run: unit, real-vllm parser tier, end-to-end on the real control plane.
-test: venv vllm-venv cluster-up
+test: deps venv vllm-venv cluster-up
 	$(PY) -m pytest -q operator/tests e2e
 
 demo: venv cluster-up

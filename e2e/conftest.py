@@ -87,8 +87,39 @@ class Cluster:
         )
 
 
+TEST_NAMESPACE_LABEL = "kimik3.io/e2e-test"
+
+
+def create_test_namespace(cluster: Cluster, name: str) -> str:
+    """A namespace the session deletes at its end, whatever the test did."""
+    manifest = {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": name, "labels": {TEST_NAMESPACE_LABEL: "true"}},
+    }
+    cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(manifest))
+    return name
+
+
+def remove_test_namespaces(cluster: Cluster, timeout: int = 180) -> list[str]:
+    """Deletes every test namespace, waits until they are gone, and returns any namespace
+    still Terminating afterwards (none, when nothing holds a finalizer)."""
+    selector = f"{TEST_NAMESPACE_LABEL}=true"
+    cluster.kubectl("delete", "namespace", "-l", selector, "--wait=false", check=False)
+    cluster.kubectl(
+        "wait", "--for=delete", "namespace", "-l", selector, f"--timeout={timeout}s", check=False
+    )
+    listed = json.loads(cluster.kubectl("get", "namespaces", "-o", "json").stdout)["items"]
+    return [
+        ns["metadata"]["name"]
+        for ns in listed
+        if ns.get("status", {}).get("phase") == "Terminating"
+        or TEST_NAMESPACE_LABEL in (ns["metadata"].get("labels") or {})
+    ]
+
+
 @pytest.fixture(scope="session")
-def cluster() -> Cluster:
+def cluster() -> Iterator[Cluster]:
     ready = (
         KUBECONFIG.exists()
         and subprocess.run(
@@ -107,13 +138,17 @@ def cluster() -> Cluster:
     found = Cluster(KUBECONFIG, tools_bin())
     found.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD))
     found.kubectl("wait", "--for", "condition=established", "--timeout=60s", f"crd/{API}")
-    return found
+    remove_test_namespaces(found)  # what an interrupted earlier run left
+    yield found
+    # Every test leaves nothing behind: its namespaces go, and none hangs in Terminating
+    # (a KimiK3Deployment carries no finalizer, so this holds with every operator stopped).
+    stuck = remove_test_namespaces(found)
+    assert not stuck, f"namespaces left after the tests: {stuck}"
 
 
 @pytest.fixture
 def namespace(cluster: Cluster) -> Iterator[str]:
-    name = f"e2e-{uuid.uuid4().hex[:8]}"
-    cluster.kubectl("create", "namespace", name)
+    name = create_test_namespace(cluster, f"e2e-{uuid.uuid4().hex[:8]}")
     yield name
     cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
 

@@ -14,6 +14,10 @@ bash "$here/cluster/up.sh"
 kubectl apply --server-side --force-conflicts -f "$root/manifests/crd/" >/dev/null
 kubectl wait --for condition=established --timeout=60s crd/kimik3deployments.serving.kimik3.io >/dev/null
 kubectl create namespace "$ns" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+# The demo brings its own two fake GPU nodes, tainted so that only the demo lands there and
+# the demo never takes the end-to-end tests' nodes (`make test` may run while it is up).
+"$python" "$here/cluster/nodes.py" --count 2 --prefix demo-gpu \
+  --label kimik3.io/pool=demo --taint kimik3.io/pool=demo:NoSchedule | kubectl apply -f - >/dev/null
 
 # KWOK pods have no network and made-up IPs: a fake vLLM leader on 127.0.0.1 stands in for
 # the leaders' /metrics (e2e/vllm_exporter.py), and the operator's scrape is pointed at it.
@@ -33,7 +37,17 @@ if ! { [[ -f "$root/e2e/.run/operator.pid" ]] && kill -0 "$(cat "$root/e2e/.run/
   echo $! > "$root/e2e/.run/operator.pid"
 fi
 
-kubectl apply -n "$ns" -f "$root/examples/kimi-k3-text-dspark.yaml"
+# The sample as it is, placed on the demo's nodes.
+"$python" - "$root/examples/kimi-k3-text-dspark.yaml" <<'PY' | kubectl apply -n "$ns" -f -
+import sys, yaml
+doc = yaml.safe_load(open(sys.argv[1]))
+placement = doc["spec"].setdefault("placement", {})
+placement.setdefault("nodeSelector", {})["kimik3.io/pool"] = "demo"
+placement["tolerations"] = [
+    {"key": "kimik3.io/pool", "operator": "Equal", "value": "demo", "effect": "NoSchedule"}
+]
+print(yaml.safe_dump(doc))
+PY
 # The image probe runs first, as a CPU-only Job in the serving image. KWOK runs no
 # container: play the probe's part with the report the real probe gave for vllm 0.33.0.
 "$python" "$here/play_probe.py" "$ns"

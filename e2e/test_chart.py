@@ -25,6 +25,7 @@ from e2e.conftest import (
     RUN,
     Cluster,
     OperatorProcess,
+    create_test_namespace,
     kimi,
     service_account_kubeconfig,
     wait_for,
@@ -141,17 +142,9 @@ def test_rendered_objects_validate_offline(cluster: Cluster, variant: str) -> No
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_rendered_objects_validate_server_side(cluster: Cluster, variant: str) -> None:
     cluster.kubectl("apply", "--server-side", "-f", str(ROOT / "manifests" / "crd"))
-    namespaces = {"kimik3-system", "llm-a", "llm-b"}
-    for ns in namespaces:
-        cluster.kubectl("create", "namespace", ns, "--dry-run=client", "-o", "yaml")
-        cluster.kubectl(
-            "apply",
-            "-f",
-            "-",
-            input=yaml.safe_dump(
-                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
-            ),
-        )
+    for ns in ("kimik3-system", "llm-a", "llm-b"):
+        if cluster.get("namespace", ns, "default") is None:
+            create_test_namespace(cluster, ns)
     stream = yaml.safe_dump_all(render(cluster, variant))
     result = cluster.kubectl("apply", "--dry-run=server", "-f", "-", input=stream, check=False)
     assert result.returncode == 0, result.stderr
@@ -179,7 +172,7 @@ def release(cluster: Cluster) -> Iterator[tuple[str, str]]:
     suffix = uuid.uuid4().hex[:6]
     system, watched = f"kimik3-{suffix}", f"llm-{suffix}"
     for ns in (system, watched):
-        cluster.kubectl("create", "namespace", ns)
+        create_test_namespace(cluster, ns)
     name = f"kimik3-operator-{suffix}"
     yield name, system
     helm(cluster, "uninstall", name, "-n", system, "--wait", check=False)

@@ -14,7 +14,15 @@ import yaml
 TOPOLOGY_LABEL = "topology.kimik3.io/domain"
 
 
-def node(index: int, gpus: int, domains: int, product: str) -> dict[str, object]:
+def node(
+    index: int,
+    gpus: int,
+    domains: int,
+    product: str,
+    prefix: str = "gpu-node",
+    labels: dict[str, str] | None = None,
+    taints: list[dict[str, str]] | None = None,
+) -> dict[str, object]:
     capacity = {
         "cpu": "96",
         "memory": "1Ti",
@@ -22,7 +30,7 @@ def node(index: int, gpus: int, domains: int, product: str) -> dict[str, object]
         "nvidia.com/gpu": str(gpus),
         "ephemeral-storage": "2Ti",
     }
-    name = f"gpu-node-{index}"
+    name = f"{prefix}-{index}"
     return {
         "apiVersion": "v1",
         "kind": "Node",
@@ -37,9 +45,10 @@ def node(index: int, gpus: int, domains: int, product: str) -> dict[str, object]
                 "nvidia.com/gpu.product": product,
                 "nvidia.com/gpu.count": str(gpus),
                 TOPOLOGY_LABEL: f"domain-{index % domains}",
+                **(labels or {}),
             },
         },
-        "spec": {},
+        "spec": {"taints": taints} if taints else {},
         "status": {"capacity": capacity, "allocatable": capacity},
     }
 
@@ -50,8 +59,20 @@ def main() -> None:
     parser.add_argument("--gpus", type=int, default=8)
     parser.add_argument("--domains", type=int, default=2)
     parser.add_argument("--product", default="NVIDIA-H200")
+    parser.add_argument("--prefix", default="gpu-node")
+    parser.add_argument("--label", action="append", default=[], help="key=value")
+    parser.add_argument("--taint", action="append", default=[], help="key=value:Effect")
     args = parser.parse_args()
-    nodes = [node(i, args.gpus, max(1, args.domains), args.product) for i in range(args.count)]
+    labels = dict(item.split("=", 1) for item in args.label)
+    taints = []
+    for item in args.taint:
+        pair, effect = item.rsplit(":", 1)
+        key, value = pair.split("=", 1)
+        taints.append({"key": key, "value": value, "effect": effect})
+    nodes = [
+        node(i, args.gpus, max(1, args.domains), args.product, args.prefix, labels, taints)
+        for i in range(args.count)
+    ]
     yaml.safe_dump_all(nodes, sys.stdout, sort_keys=False)
 
 

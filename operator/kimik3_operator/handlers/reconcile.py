@@ -166,7 +166,7 @@ def _preflight(
     key = probe_key(spec)
     stored = ((body.get("status") or {}).get("capabilities") or {}).get("probe") or {}
     if stored.get("key") == key and stored.get("report"):
-        state = ProbeState("Done", "Probed", "recorded", stored["report"])
+        state = ProbeState("Done", Reason.PROBED, "recorded", stored["report"])
         return evaluate(spec, table, clock(), state, key)
     _apply_children(
         kube,

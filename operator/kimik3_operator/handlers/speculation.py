@@ -12,7 +12,7 @@ from typing import Any
 
 from kimik3_operator import metrics
 from kimik3_operator.api import constants as c
-from kimik3_operator.api.constants import ConditionType
+from kimik3_operator.api.constants import ConditionType, Reason
 from kimik3_operator.api.spec import SpecError, parse_spec
 from kimik3_operator.conditions import Condition, find, now_rfc3339, set_condition
 from kimik3_operator.handlers.events import post_event
@@ -44,7 +44,7 @@ def effective_condition(acceptance: Acceptance, minimum: float, window_seconds: 
         return Condition(
             kind,
             "Unknown",
-            "NoTraffic",
+            Reason.NO_TRAFFIC,
             f"no drafts in the last {window_seconds:.0f}s: the model is idle",
         )
     rate = f"{acceptance.rate:.3f}"
@@ -52,7 +52,7 @@ def effective_condition(acceptance: Acceptance, minimum: float, window_seconds: 
         return Condition(
             kind,
             "True",
-            "AcceptanceAboveMinimum",
+            Reason.ACCEPTANCE_ABOVE_MINIMUM,
             f"acceptance rate at or above spec.monitoring.minAcceptanceRate {minimum}; the "
             "current value is in status.speculative",
         )
@@ -60,14 +60,14 @@ def effective_condition(acceptance: Acceptance, minimum: float, window_seconds: 
         return Condition(
             kind,
             "Unknown",
-            "MeasuringAcceptance",
+            Reason.MEASURING_ACCEPTANCE,
             f"acceptance rate {rate} so far, below {minimum}; waiting for a whole "
             f"{window_seconds:.0f}s window",
         )
     return Condition(
         kind,
         "False",
-        "AcceptanceBelowMinimum",
+        Reason.ACCEPTANCE_BELOW_MINIMUM,
         (
             f"acceptance rate {rate} over the last {window_seconds:.0f}s ({acceptance.drafts:.0f} "
             f"drafts) is below spec.monitoring.minAcceptanceRate {minimum}: the drafter costs more "

@@ -64,7 +64,7 @@ def evaluate(
         capabilities = Condition(
             ConditionType.CAPABILITIES_VERIFIED,
             "Unknown",
-            "PreflightDisabled",
+            Reason.PREFLIGHT_DISABLED,
             "spec.preflight.mode is Disabled",
         )
         findings: list[Finding] = []

@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from kimik3_operator.api.constants import Reason
 from kimik3_operator.observe import IMAGE_PULL_REASONS
 
 Phase = Literal["Done", "Running", "Failed", "Missing"]
@@ -29,7 +30,7 @@ def probe_state(
             if waiting.get("reason") in IMAGE_PULL_REASONS:
                 return ProbeState(
                     "Failed",
-                    "ProbeImagePullFailed",
+                    Reason.PROBE_IMAGE_PULL_FAILED,
                     (
                         f"the probe cannot pull spec.engine.image={image!r}: "
                         f"{waiting.get('reason')}"
@@ -46,19 +47,23 @@ def probe_state(
                     report = json.loads(text)
                 except ValueError:
                     return ProbeState(
-                        "Failed", "ProbeFailed", f"the probe's report is not JSON: {text[:300]}"
+                        "Failed",
+                        Reason.PROBE_FAILED,
+                        f"the probe's report is not JSON: {text[:300]}",
                     )
                 if "fatal" in report:
                     return ProbeState(
-                        "Failed", "ProbeFailed", f"the probe failed in {image}: {report['fatal']}"
+                        "Failed",
+                        Reason.PROBE_FAILED,
+                        f"the probe failed in {image}: {report['fatal']}",
                     )
                 return ProbeState(
-                    "Done", "Probed", f"vLLM {report.get('vllmVersion')} answered", report
+                    "Done", Reason.PROBED, f"vLLM {report.get('vllmVersion')} answered", report
                 )
             if terminated.get("exitCode", 0) != 0:
                 return ProbeState(
                     "Failed",
-                    "ProbeFailed",
+                    Reason.PROBE_FAILED,
                     (
                         f"the probe exited with code {terminated.get('exitCode')} "
                         f"({terminated.get('reason')}) and no report; see kubectl logs "
@@ -67,7 +72,7 @@ def probe_state(
                 )
             return ProbeState(
                 "Missing",
-                "ProbeReportMissing",
+                Reason.PROBE_REPORT_MISSING,
                 (
                     f"the probe pod {pod.get('metadata', {}).get('name')} finished without a "
                     "report;"
@@ -79,7 +84,7 @@ def probe_state(
             reason = (
                 "ProbeDeadlineExceeded"
                 if cond.get("reason") == "DeadlineExceeded"
-                else "ProbeFailed"
+                else Reason.PROBE_FAILED
             )
             return ProbeState(
                 "Failed",
@@ -88,6 +93,6 @@ def probe_state(
             )
     return ProbeState(
         "Running",
-        "ProbeRunning",
+        Reason.PROBE_RUNNING,
         f"the image probe is asking vLLM in {image} (about a minute on a CPU node)",
     )

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from kimik3_operator.api.constants import ConditionType
+from kimik3_operator.api.constants import ConditionType, Reason
 from kimik3_operator.api.spec import KimiK3DeploymentSpec
 from kimik3_operator.conditions import Condition
 from kimik3_operator.preflight.pairing import resolve_drafter
@@ -43,7 +43,7 @@ def capabilities_condition(findings: Sequence[Finding], source: str) -> Conditio
     return Condition(
         ConditionType.CAPABILITIES_VERIFIED,
         "True",
-        "Verified",
+        Reason.VERIFIED,
         f"{len(mine)} check(s) passed ({source})",
     )
 
@@ -60,7 +60,7 @@ def drafter_condition(spec: KimiK3DeploymentSpec, findings: Sequence[Finding]) -
         return Condition(
             ConditionType.DRAFTER_PAIRED,
             "True",
-            "NoDrafter",
+            Reason.NO_DRAFTER,
             "drafter.method is none: no speculative decoding",
         )
     what = drafter.repo or f"the target's own {drafter.method} layers"
@@ -68,14 +68,14 @@ def drafter_condition(spec: KimiK3DeploymentSpec, findings: Sequence[Finding]) -
         return Condition(
             ConditionType.DRAFTER_PAIRED,
             "True",
-            "AutoPaired",
+            Reason.AUTO_PAIRED,
             (
                 f"paired {spec.model.repo} with the known {drafter.method} drafter {what} "
                 f"({drafter.num_speculative_tokens} speculative tokens)"
             ),
         )
     return Condition(
-        ConditionType.DRAFTER_PAIRED, "True", "Paired", f"{drafter.method} drafter {what}"
+        ConditionType.DRAFTER_PAIRED, "True", Reason.PAIRED, f"{drafter.method} drafter {what}"
     )
 
 

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from kimik3_operator.api.constants import OWNED_FLAGS, ConditionType
+from kimik3_operator.api.constants import OWNED_FLAGS, ConditionType, Reason
 from kimik3_operator.api.spec import EAGLE3_FAMILY, KimiK3DeploymentSpec
 from kimik3_operator.preflight.facts import DrafterFacts, TargetFacts
 from kimik3_operator.preflight.pairing import resolve_drafter
@@ -106,14 +106,14 @@ def check_version(ctx: Context) -> Iterable[Finding]:
     table, image = ctx.facts.table, ctx.spec.engine.image
     if ctx.facts.probed is not None:
         yield Finding(
-            "vllm-version", "Pass", "VersionProbed", f"the image probe answered for {image}"
+            "vllm-version", "Pass", Reason.VERSION_PROBED, f"the image probe answered for {image}"
         )
         return
     if ctx.version is None:
         yield Finding(
             "vllm-version",
             "Unknown",
-            "VersionUnknown",
+            Reason.VERSION_UNKNOWN,
             (
                 f"spec.engine.image={image!r}: the vLLM release cannot be told "
                 f"({ctx.version_source}); set spec.engine.version, or let the image probe "
@@ -126,7 +126,7 @@ def check_version(ctx: Context) -> Iterable[Finding]:
         yield Finding(
             "vllm-version",
             "Fail",
-            "VLLMTooOld",
+            Reason.VLLM_TOO_OLD,
             (
                 f"vLLM {shown} ({ctx.version_source} of spec.engine.image={image!r}) predates "
                 f"{format_version(table.first_release)}, the first release that serves Kimi-K3 "
@@ -140,7 +140,7 @@ def check_version(ctx: Context) -> Iterable[Finding]:
         yield Finding(
             "vllm-version",
             "Unknown",
-            "VersionNotInTable",
+            Reason.VERSION_NOT_IN_TABLE,
             (
                 f"vLLM {shown} ({ctx.version_source}) is not in the capability table (known: "
                 f"{format_version(table.first_release)} to {newest}); the image probe "
@@ -151,7 +151,7 @@ def check_version(ctx: Context) -> Iterable[Finding]:
     yield Finding(
         "vllm-version",
         "Pass",
-        "VersionKnown",
+        Reason.VERSION_KNOWN,
         f"vLLM {shown} ({ctx.version_source}) is in the capability table",
     )
 
@@ -163,7 +163,7 @@ def check_architecture(ctx: Context) -> Iterable[Finding]:
         yield Finding(
             "architecture",
             "Pass",
-            "ArchitectureRegistered",
+            Reason.ARCHITECTURE_REGISTERED,
             f"{ctx.architecture} serves Kimi-K3 on {ctx.platform}",
         )
         return
@@ -179,7 +179,7 @@ def check_architecture(ctx: Context) -> Iterable[Finding]:
     yield Finding(
         "architecture",
         "Fail",
-        "ArchitectureNotRegistered",
+        Reason.ARCHITECTURE_NOT_REGISTERED,
         (
             f"spec.model.architecture={ctx.architecture!r} is not registered for Kimi-K3 on "
             f"{ctx.platform} in {_release_name(ctx)}; {fix}"
@@ -227,7 +227,7 @@ def check_eagle3(ctx: Context) -> Iterable[Finding]:
         yield Finding(
             "target-eagle3",
             "Fail",
-            "TargetLacksEagle3",
+            Reason.TARGET_LACKS_EAGLE3,
             (
                 f"spec.drafter.method={method!r} needs a target that declares SupportsEagle3, and "
                 f"{where} does not: vLLM would load every weight and then fail with "
@@ -239,7 +239,7 @@ def check_eagle3(ctx: Context) -> Iterable[Finding]:
         yield Finding(
             "target-eagle3",
             "Fail",
-            "Eagle3DeclaredNotImplemented",
+            Reason.EAGLE3_DECLARED_NOT_IMPLEMENTED,
             (
                 f"{where} declares SupportsEagle3 but its inner model {caps.get('innerModel')} "
                 f"lacks EagleModelMixin; set drafter.method to mtp or none, or change engine.image"
@@ -249,7 +249,7 @@ def check_eagle3(ctx: Context) -> Iterable[Finding]:
     yield Finding(
         "target-eagle3",
         "Pass",
-        "TargetSupportsEagle3",
+        Reason.TARGET_SUPPORTS_EAGLE3,
         f"{where} declares SupportsEagle3 and implements it",
     )
 
@@ -266,7 +266,7 @@ def check_pipeline(ctx: Context) -> Iterable[Finding]:
         yield Finding(
             "dspark-pipeline",
             "Fail",
-            "DSparkRefusesPipelineParallel",
+            Reason.DSPARK_REFUSES_PIPELINE_PARALLEL,
             (
                 f"spec.parallelism.pipeline={pp} with drafter.method=dspark: {_release_name(ctx)} "
                 f"refuses DSpark with pipeline parallelism; set parallelism.pipeline to 1 "
@@ -280,7 +280,7 @@ def check_pipeline(ctx: Context) -> Iterable[Finding]:
         yield Finding(
             "dspark-pipeline",
             "Fail",
-            "TargetLacksAuxHiddenStatesOverPP",
+            Reason.TARGET_LACKS_AUX_HIDDEN_STATES_OVER_PP,
             (
                 f"spec.parallelism.pipeline={pp} with drafter.method={method}: the inner model of "
                 f"{ctx.architecture} on {ctx.platform} cannot pass aux hidden states between "
@@ -291,7 +291,7 @@ def check_pipeline(ctx: Context) -> Iterable[Finding]:
     yield Finding(
         "dspark-pipeline",
         "Pass",
-        "PipelineParallelSupported",
+        Reason.PIPELINE_PARALLEL_SUPPORTED,
         f"{method} with pipeline parallelism {pp} is supported",
     )
 
@@ -314,7 +314,7 @@ def check_decode_context(ctx: Context) -> Iterable[Finding]:
         yield Finding(
             "dspark-decode-context",
             "Fail",
-            "DSparkRefusesDecodeContextParallel",
+            Reason.DSPARK_REFUSES_DECODE_CONTEXT_PARALLEL,
             (
                 f"spec.parallelism.decodeContext={dcp} with drafter.method=dspark: "
                 f"{_release_name(ctx)} refuses MLA DSpark with decode-context parallelism; set "
@@ -325,7 +325,7 @@ def check_decode_context(ctx: Context) -> Iterable[Finding]:
     yield Finding(
         "dspark-decode-context",
         "Pass",
-        "DecodeContextParallelSupported",
+        Reason.DECODE_CONTEXT_PARALLEL_SUPPORTED,
         f"DSpark with decode-context parallelism {dcp} is supported",
     )
 
@@ -341,7 +341,7 @@ def check_heads(ctx: Context) -> Iterable[Finding]:
         yield Finding(
             "tensor-heads",
             "Pass",
-            "TensorSizeDividesHeads",
+            Reason.TENSOR_SIZE_DIVIDES_HEADS,
             f"tensor {tp} divides the {heads} attention heads",
         )
         return
@@ -354,7 +354,7 @@ def check_heads(ctx: Context) -> Iterable[Finding]:
     yield Finding(
         "tensor-heads",
         "Fail",
-        "TensorSizeDoesNotDivideHeads",
+        Reason.TENSOR_SIZE_DOES_NOT_DIVIDE_HEADS,
         (
             f"spec.parallelism.tensor={tp} does not divide the {heads} attention heads "
             f"({target.source}); use one of {valid}"
@@ -369,14 +369,14 @@ def check_nodes(ctx: Context) -> Iterable[Finding]:
         yield Finding(
             "whole-nodes",
             "Pass",
-            "GPUsFillNodes",
+            Reason.GPUS_FILL_NODES,
             f"{gpus} GPUs per group on {spec.nodes_per_replica} node(s)",
         )
         return
     yield Finding(
         "whole-nodes",
         "Fail",
-        "GPUsDoNotFillNodes",
+        Reason.GPUS_DO_NOT_FILL_NODES,
         (
             f"spec.parallelism tensor x pipeline = {gpus} GPUs neither fits one node nor fills "
             f"whole nodes of placement.gpusPerNode={per_node}; make it at most {per_node} or a "
@@ -394,14 +394,14 @@ def check_experts(ctx: Context) -> Iterable[Finding]:
         yield Finding(
             "expert-parallel",
             "Pass",
-            "ExpertsDivisible",
+            Reason.EXPERTS_DIVISIBLE,
             f"{target.experts} experts divide over expert-parallel size {ep}",
         )
         return
     yield Finding(
         "expert-parallel",
         "Fail",
-        "ExpertsNotDivisible",
+        Reason.EXPERTS_NOT_DIVISIBLE,
         (
             f"spec.parallelism.expert=true makes the expert-parallel size the tensor size {ep}, "
             f"which does not divide the {target.experts} experts ({target.source}); change "
@@ -416,7 +416,7 @@ def check_extra_args(ctx: Context) -> Iterable[Finding]:
             yield Finding(
                 "extra-args",
                 "Fail",
-                "ExtraArgsOverrideOwnedFlag",
+                Reason.EXTRA_ARGS_OVERRIDE_OWNED_FLAG,
                 (
                     f"spec.engine.extraArgs[{i}]={arg!r} overrides a flag the operator generates; "
                     "use the matching spec field instead"
@@ -429,7 +429,7 @@ def check_drafter(ctx: Context) -> Iterable[Finding]:
     spec = ctx.spec
     method = spec.drafter.method
     if method == "none":
-        yield Finding("drafter", "Pass", "NoDrafter", "speculative decoding is off", DRAFTER)
+        yield Finding("drafter", "Pass", Reason.NO_DRAFTER, "speculative decoding is off", DRAFTER)
         return
     drafter = resolve_drafter(spec)
     assert drafter is not None
@@ -437,7 +437,7 @@ def check_drafter(ctx: Context) -> Iterable[Finding]:
         yield Finding(
             "drafter",
             "Fail",
-            "DrafterNotFound",
+            Reason.DRAFTER_NOT_FOUND,
             (
                 f"spec.drafter.repo is empty and no {method} drafter is known for "
                 f"spec.model.repo={spec.model.repo!r}; set drafter.repo"
@@ -448,7 +448,7 @@ def check_drafter(ctx: Context) -> Iterable[Finding]:
     yield Finding(
         "method-explicit",
         "Pass",
-        "MethodExplicit",
+        Reason.METHOD_EXPLICIT,
         f'the speculative config names "method": "{method}"',
         DRAFTER,
     )
@@ -457,7 +457,7 @@ def check_drafter(ctx: Context) -> Iterable[Finding]:
         yield Finding(
             "draft-tensor",
             "Fail",
-            "DraftTensorParallelSizeInvalid",
+            Reason.DRAFT_TENSOR_PARALLEL_SIZE_INVALID,
             (
                 f"spec.drafter.draftTensorParallelSize={dtp}: vLLM accepts only 1 or the target's "
                 f"tensor size {tp}"
@@ -471,7 +471,7 @@ def check_drafter(ctx: Context) -> Iterable[Finding]:
             yield Finding(
                 "drafter-platform",
                 "Fail",
-                "DrafterNotImplementedOnPlatform",
+                Reason.DRAFTER_NOT_IMPLEMENTED_ON_PLATFORM,
                 (
                     f"spec.drafter.method=dspark on spec.engine.platform={ctx.platform}: vLLM "
                     f"implements the K3 DSpark drafter only for {platforms}; set drafter.method "
@@ -491,7 +491,7 @@ def _drafter_config(ctx: Context, tokens: int | None) -> Iterable[Finding]:
         yield Finding(
             "drafter-architecture",
             "Fail",
-            "DrafterArchitectureMismatch",
+            Reason.DRAFTER_ARCHITECTURE_MISMATCH,
             (
                 f"the drafter ({facts.source}) has architectures {list(facts.architectures)}, "
                 f"not {want} as drafter.method={method} needs; set drafter.repo to a {method} "
@@ -503,7 +503,7 @@ def _drafter_config(ctx: Context, tokens: int | None) -> Iterable[Finding]:
         yield Finding(
             "speculative-tokens",
             "Fail",
-            "SpeculativeTokensNotDivisible",
+            Reason.SPECULATIVE_TOKENS_NOT_DIVISIBLE,
             (
                 f"spec.drafter.numSpeculativeTokens={tokens} is not divisible by the drafter's "
                 f"n_predict={facts.n_predict}; use a multiple of {facts.n_predict}"
@@ -518,7 +518,7 @@ def _drafter_config(ctx: Context, tokens: int | None) -> Iterable[Finding]:
             yield Finding(
                 "drafter-vocabulary",
                 "Fail",
-                "DrafterVocabularyMismatch",
+                Reason.DRAFTER_VOCABULARY_MISMATCH,
                 (
                     f"the drafter's {name}={size} differs from the target's vocab_size="
                     f"{target.vocab_size}; set drafter.repo to a drafter trained for this target"
@@ -543,7 +543,7 @@ def _drafter_config(ctx: Context, tokens: int | None) -> Iterable[Finding]:
             yield Finding(
                 "drafter-target-layers",
                 "Fail",
-                "DrafterTargetLayersInvalid",
+                Reason.DRAFTER_TARGET_LAYERS_INVALID,
                 f"the drafter ({facts.source}) {problem}; set drafter.repo to a "
                 "drafter built for this target",
                 DRAFTER,
