@@ -114,6 +114,12 @@ class Reason:
     VERSION_NOT_IN_TABLE: Final = "VersionNotInTable"
     VERSION_PROBED: Final = "VersionProbed"
     VERSION_UNKNOWN: Final = "VersionUnknown"
+    DRAFTER_ARCHITECTURE_UNSUPPORTED_BY_METHOD: Final = "DrafterArchitectureUnsupportedByMethod"
+    DRAFTER_LOADABLE_BY_METHOD: Final = "DrafterLoadableByMethod"
+    SPECULATIVE_CONFIG_REFUSED: Final = "SpeculativeConfigRefused"
+    SERVE_FLAG_UNKNOWN: Final = "ServeFlagUnknown"
+    SERVE_ARGS_REFUSED: Final = "ServeArgsRefused"
+    SERVE_ARGS_ACCEPTED: Final = "ServeArgsAccepted"
     # SpeculationEffective
     ACCEPTANCE_ABOVE_MINIMUM: Final = "AcceptanceAboveMinimum"
     ACCEPTANCE_BELOW_MINIMUM: Final = "AcceptanceBelowMinimum"

@@ -75,5 +75,18 @@ def serve_args(
     return args
 
 
+def expanded_serve_args(
+    spec: KimiK3DeploymentSpec, drafter: ResolvedDrafter | None, role: Role
+) -> list[str]:
+    """The arguments as the kubelet hands them to vLLM, with LWS's variables filled in (the
+    worker as rank 1): what the image probe parses."""
+    values = {
+        GROUP_SIZE: str(spec.nodes_per_replica),
+        LEADER_ADDRESS: "leader.invalid",
+        WORKER_INDEX: "1",
+    }
+    return [values.get(arg, arg) for arg in serve_args(spec, drafter, role)]
+
+
 def _number(value: float) -> str:
     return f"{value:g}"

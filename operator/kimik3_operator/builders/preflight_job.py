@@ -12,7 +12,12 @@ from typing import Any
 from kimik3_operator.api import constants as c
 from kimik3_operator.api import names
 from kimik3_operator.api.spec import KimiK3DeploymentSpec
-from kimik3_operator.builders.command import MODEL_MOUNT, model_location
+from kimik3_operator.builders.command import (
+    MODEL_MOUNT,
+    Role,
+    expanded_serve_args,
+    model_location,
+)
 from kimik3_operator.builders.common import Owner, labels, metadata
 from kimik3_operator.preflight.pairing import resolve_drafter
 from kimik3_operator.preflight.rules import TARGET_ARCHITECTURES
@@ -37,11 +42,18 @@ def probe_request(spec: KimiK3DeploymentSpec) -> dict[str, Any]:
         if drafter is not None and drafter.repo
         else {}
     )
+    roles: tuple[Role, ...] = ("leader", "worker") if spec.nodes_per_replica > 1 else ("leader",)
     return {
         "platform": spec.engine.platform,
         "architectures": sorted(set(TARGET_ARCHITECTURES) | {spec.model.architecture}),
         "target": target,
         "drafter": drafter_location,
+        # Built by vLLM itself in the image, the way the serving pods will build it.
+        "speculativeConfig": drafter.speculative_config() if drafter is not None else None,
+        "tensorParallel": spec.parallelism.tensor,
+        "pipelineParallel": spec.parallelism.pipeline,
+        # The exact command lines, for the image's own argument parser.
+        "serve": {role: expanded_serve_args(spec, drafter, role) for role in roles},
     }
 
 

@@ -30,6 +30,7 @@ class DrafterFacts:
     target_layer_ids: tuple[int, ...] | None
     num_target_layers: int | None
     source: str
+    model_type: str | None = None
 
 
 def _int(value: Any) -> int | None:
@@ -63,4 +64,5 @@ def drafter_facts(
         target_layer_ids=tuple(int(i) for i in layer_ids) if isinstance(layer_ids, list) else None,
         num_target_layers=_int(config.get("num_target_layers")),
         source=source,
+        model_type=str(config["model_type"]) if config.get("model_type") else None,
     )

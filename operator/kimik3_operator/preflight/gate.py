@@ -41,7 +41,8 @@ class Gate:
 
 def probed_facts(table: CapabilityTable, report: Mapping[str, Any]) -> Facts:
     release = {
-        key: report.get(key) for key in ("dspark", "drafters", "checksAuxHiddenStatesOverPP")
+        key: report.get(key)
+        for key in ("dspark", "drafters", "checksAuxHiddenStatesOverPP", "speculative", "serve")
     }
     return Facts(
         table,

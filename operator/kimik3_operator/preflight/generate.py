@@ -4,7 +4,8 @@ statically (no vLLM import, no GPU): ``python -m kimik3_operator.preflight.gener
 For each release it records which Kimi-K3 architectures the registry maps to the Kimi-K3
 package, and for each architecture and platform which protocols its class declares, whether
 the inner decoder carries the EAGLE3 machinery and can pass aux hidden states over pipeline
-stages, where the drafters are implemented, and which parallelism DSpark refuses.
+stages, where the drafters are implemented, which parallelism DSpark refuses, and what each
+speculative method does to a drafter's architecture (``drafter_methods``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,10 @@ import zipfile
 from collections.abc import Iterable
 from typing import Any, Final
 
+from kimik3_operator.preflight.drafter_methods import (
+    extract_methods,
+    speculative_architectures,
+)
 from kimik3_operator.preflight.probe_script import (
     AUX_PP_CHECK,
     DSPARK_DCP_REFUSAL,
@@ -209,6 +214,7 @@ def release_capabilities(wheel: Wheel) -> dict[str, Any]:
     dspark_utils = wheel.read("vllm/v1/worker/gpu/spec_decode/dspark/utils.py") or ""
     speculative = wheel.read("vllm/config/speculative.py") or ""
     eagle3_utils = wheel.read("vllm/v1/worker/gpu/spec_decode/eagle/eagle3_utils.py") or ""
+    eagle_config = wheel.read("vllm/transformers_utils/configs/eagle.py") or ""
     return {
         "wheel": wheel.path.name,
         "sha256": wheel.sha256(),
@@ -219,6 +225,9 @@ def release_capabilities(wheel: Wheel) -> dict[str, Any]:
             "refusesDecodeContextParallel": DSPARK_DCP_REFUSAL in speculative,
         },
         "checksAuxHiddenStatesOverPP": AUX_PP_CHECK in eagle3_utils,
+        # What each method renames a drafter to, and what the registry can load.
+        "speculativeMethods": extract_methods(eagle_config, speculative),
+        "speculativeArchitectures": speculative_architectures(registry),
     }
 
 

@@ -37,6 +37,16 @@ KNOWN_DRAFTERS: Final[dict[str, KnownDrafter]] = {
 }
 
 
+# (architecture, model_type) from the config.json of the public Kimi-K3 drafters, so the
+# static stage can judge the method before the probe reads the real file.
+KNOWN_DRAFTER_CONFIGS: Final[dict[str, tuple[str, str]]] = {
+    "RedHatAI/Kimi-K3-speculator.dspark": ("K3DSparkModel", "k3_dspark"),
+    "Inferact/Kimi-K3-DSpark": ("K3DSparkModel", "k3_dspark"),
+}
+# The Kimi-K3 checkpoint's own model_type: what mtp drafts from when no drafter is named.
+TARGET_MODEL_TYPE: Final = "kimi_k3"
+
+
 @dataclass(frozen=True)
 class ResolvedDrafter:
     """The drafter a deployment will run with, after pairing."""

@@ -9,7 +9,9 @@ Usage: python3 probe.py '<request json>'. The report (compact JSON) goes to stdo
 from __future__ import annotations
 
 import ast
+import contextlib
 import importlib
+import io
 import json
 import os
 import pathlib
@@ -26,6 +28,7 @@ AUX_PP_CHECK = "def verify_supports_aux_hidden_states_over_pp"
 TARGET_CONFIG_KEYS = ("num_attention_heads", "num_experts", "vocab_size", "num_hidden_layers")
 DRAFTER_CONFIG_KEYS = (
     "architectures",
+    "model_type",
     "vocab_size",
     "draft_vocab_size",
     "n_predict",
@@ -149,12 +152,13 @@ def _text(root: pathlib.Path, relative: str) -> str:
     return path.read_text() if path.exists() else ""
 
 
-def read_config(location: dict[str, Any]) -> dict[str, Any] | None:
-    """config.json from a mounted path, or from the Hub with the token in HF_TOKEN."""
+def config_dir(location: dict[str, Any]) -> pathlib.Path | None:
+    """The directory holding config.json: a mounted path, or the Hub's file (the token in
+    HF_TOKEN) in its local snapshot directory. Only config.json is fetched, never weights."""
     if not location:
         return None
     if location.get("path"):
-        return dict(json.loads((pathlib.Path(location["path"]) / "config.json").read_text()))
+        return pathlib.Path(location["path"])
     from huggingface_hub import hf_hub_download
 
     path = hf_hub_download(
@@ -163,7 +167,100 @@ def read_config(location: dict[str, Any]) -> dict[str, Any] | None:
         revision=location.get("revision"),
         token=os.environ.get("HF_TOKEN") or None,
     )
-    return dict(json.loads(pathlib.Path(path).read_text()))
+    return pathlib.Path(path).parent
+
+
+def read_config(location: dict[str, Any]) -> dict[str, Any] | None:
+    directory = config_dir(location)
+    if directory is None:
+        return None
+    return dict(json.loads((directory / "config.json").read_text()))
+
+
+def _as_cuda() -> None:
+    """vLLM's config and parser defaults ask the platform for a device; on the probe's CPU
+    node there is none, so answer as the GPU node will."""
+    from vllm.platforms import current_platform
+
+    type(current_platform).device_type = "cuda"
+
+
+def _short(error: BaseException) -> str:
+    text = " ".join(f"{type(error).__name__}: {error}".split())
+    # vLLM appends every architecture it knows; what comes before is the answer.
+    return text.split(" Supported architectures:", maxsplit=1)[0][:600]
+
+
+def check_speculative(request: dict[str, Any]) -> dict[str, Any]:
+    """Builds vLLM's SpeculativeConfig for the rendered spec from the configs alone (no
+    weights): the same renaming and validation the serving pods would run at start."""
+    config = request.get("speculativeConfig")
+    if not config:
+        return {}
+    try:
+        _as_cuda()
+        from vllm.config import ModelConfig, ParallelConfig, SpeculativeConfig
+
+        target_dir = config_dir(request.get("target") or {})
+        drafter_dir = config_dir(request.get("drafter") or {})
+        target = ModelConfig(model=str(target_dir), skip_tokenizer_init=True)
+        parallel = ParallelConfig(
+            tensor_parallel_size=int(request.get("tensorParallel", 1)),
+            pipeline_parallel_size=int(request.get("pipelineParallel", 1)),
+        )
+    except Exception as exc:  # not vLLM's verdict on the drafter: say why it was not asked
+        return {"skipped": _short(exc)}
+    arguments = {k: v for k, v in config.items() if k not in ("model", "revision")}
+    if drafter_dir is not None:
+        arguments["model"] = str(drafter_dir)
+    try:
+        built = SpeculativeConfig(
+            **arguments, target_model_config=target, target_parallel_config=parallel
+        )
+    except Exception as exc:
+        return {"ok": False, "error": _short(exc)}
+    draft = getattr(built, "draft_model_config", None)
+    return {"ok": True, "draftArchitectures": list(getattr(draft, "architectures", []) or [])}
+
+
+def _unknown_flags(message: str) -> list[str]:
+    marker = "unrecognized arguments:"
+    if marker not in message:
+        return []
+    tail = message.split(marker, 1)[1].splitlines()[0]
+    return [word for word in tail.split() if word.startswith("-")]
+
+
+def check_serve(serve: dict[str, list[str]]) -> dict[str, Any]:
+    """Parses each rendered `vllm serve` command line with the image's own parser."""
+    if not serve:
+        return {}
+    try:
+        _as_cuda()
+        from vllm.entrypoints.common.cli_args import make_arg_parser, validate_parsed_serve_args
+        from vllm.utils.argparse_utils import FlexibleArgumentParser
+    except Exception as exc:
+        return {role: {"skipped": _short(exc)} for role in serve}
+    answers: dict[str, Any] = {}
+    for role, argv in serve.items():
+        stderr = io.StringIO()
+        try:
+            with contextlib.redirect_stderr(stderr):
+                args = make_arg_parser(FlexibleArgumentParser()).parse_args(argv)
+                validate_parsed_serve_args(args)
+        except SystemExit:
+            message = stderr.getvalue().strip()
+            answers[role] = {
+                "ok": False,
+                "error": " ".join(message.splitlines()[-2:])[-600:],
+                "unknownFlags": _unknown_flags(message),
+            }
+            continue
+        except Exception as exc:
+            answers[role] = {"ok": False, "error": _short(exc), "unknownFlags": []}
+            continue
+        answers[role] = {"ok": True}
+    return answers
 
 
 def _subset(config: dict[str, Any] | None, keys: tuple[str, ...]) -> dict[str, Any] | None:
@@ -199,6 +296,8 @@ def probe(request: dict[str, Any]) -> dict[str, Any]:
             report[f"{key}Config"] = _subset(read_config(request.get(key) or {}), keys)
         except Exception as exc:  # a missing config is reported, not fatal
             report["errors"].append(f"{key} config.json: {type(exc).__name__}: {exc}"[:300])
+    report["speculative"] = check_speculative(request)
+    report["serve"] = check_serve(request.get("serve") or {})
     return report
 
 

@@ -11,8 +11,14 @@ from typing import Any, Literal
 
 from kimik3_operator.api.constants import OWNED_FLAGS, ConditionType, Reason
 from kimik3_operator.api.spec import EAGLE3_FAMILY, KimiK3DeploymentSpec
+from kimik3_operator.preflight.drafter_methods import judge, methods_that_load
 from kimik3_operator.preflight.facts import DrafterFacts, TargetFacts
-from kimik3_operator.preflight.pairing import resolve_drafter
+from kimik3_operator.preflight.pairing import (
+    KNOWN_DRAFTER_CONFIGS,
+    TARGET_MODEL_TYPE,
+    ResolvedDrafter,
+    resolve_drafter,
+)
 from kimik3_operator.preflight.table import (
     CapabilityTable,
     Version,
@@ -479,7 +485,137 @@ def check_drafter(ctx: Context) -> Iterable[Finding]:
                 ),
                 DRAFTER,
             )
-    yield from _drafter_config(ctx, drafter.num_speculative_tokens)
+    loadable = list(check_drafter_method(ctx, drafter))
+    yield from loadable
+    if all(f.status != "Fail" for f in loadable):
+        yield from _drafter_config(ctx, drafter.num_speculative_tokens)
+
+
+def _drafter_identity(ctx: Context, drafter: ResolvedDrafter) -> tuple[str, str | None, str] | None:
+    """(architecture, model_type, where that is known from) of the drafter vLLM would load."""
+    facts = ctx.facts.drafter
+    if facts is not None and facts.architectures:
+        return facts.architectures[0], facts.model_type, facts.source
+    if drafter.repo in KNOWN_DRAFTER_CONFIGS:
+        architecture, model_type = KNOWN_DRAFTER_CONFIGS[drafter.repo]
+        return architecture, model_type, f"the config.json of {drafter.repo}"
+    if drafter.method == "mtp" and not drafter.repo:
+        return ctx.architecture, TARGET_MODEL_TYPE, "the target checkpoint (mtp drafts from it)"
+    return None
+
+
+def check_drafter_method(ctx: Context, drafter: ResolvedDrafter) -> Iterable[Finding]:
+    """Whether vLLM can load this drafter under this method, after vLLM's own renaming: from
+    vLLM itself when the image probe built the speculative config, else from the table."""
+    method = drafter.method
+    who = drafter.repo or "the target's own MTP layers"
+    probed = (ctx.release() or {}).get("speculative") if ctx.facts.probed is not None else None
+    if probed:
+        if probed.get("ok"):
+            becomes = probed.get("draftArchitectures") or []
+            yield Finding(
+                "drafter-method",
+                "Pass",
+                Reason.DRAFTER_LOADABLE_BY_METHOD,
+                f"vLLM in the image builds the {method} speculative config for {who} "
+                f"(loads {becomes})",
+                DRAFTER,
+            )
+            return
+        error = str(probed.get("error", ""))
+        unsupported = "are not supported" in error or "Unsupported speculative method" in error
+        yield Finding(
+            "drafter-method",
+            "Fail",
+            Reason.DRAFTER_ARCHITECTURE_UNSUPPORTED_BY_METHOD
+            if unsupported
+            else Reason.SPECULATIVE_CONFIG_REFUSED,
+            (
+                f"vLLM in spec.engine.image refuses spec.drafter.method={method} with {who}: "
+                f"{error[:400]}; the pods would pull the image and crash at start. "
+                "Set drafter.method to one that loads this drafter, or drafter.repo to a "
+                f"{method} drafter"
+            ),
+            DRAFTER,
+        )
+        return
+    release = ctx.release()
+    identity = _drafter_identity(ctx, drafter)
+    if release is None or identity is None:
+        return
+    architecture, model_type, source = identity
+    verdict = judge(release, method, architecture, model_type)
+    if verdict is None:
+        return
+    if verdict.loadable:
+        yield Finding(
+            "drafter-method",
+            "Pass",
+            Reason.DRAFTER_LOADABLE_BY_METHOD,
+            f"vLLM's {method} loads {who} (architecture {architecture}) as {verdict.becomes}",
+            DRAFTER,
+        )
+        return
+    others = [m for m in methods_that_load(release, architecture, model_type) if m != method]
+    fix = (
+        f"set drafter.method: {others[0]} for this drafter, or drafter.repo to a {method} drafter"
+        if others
+        else f"set drafter.repo to a {method} drafter, or drafter.method: none"
+    )
+    yield Finding(
+        "drafter-method",
+        "Fail",
+        Reason.DRAFTER_ARCHITECTURE_UNSUPPORTED_BY_METHOD,
+        (
+            f"spec.drafter.method={method} with {who} (architecture {architecture}, from "
+            f"{source}): {verdict.why}; the pods would pull the image and crash at start; {fix}"
+        ),
+        DRAFTER,
+    )
+
+
+def check_serve_args(ctx: Context) -> Iterable[Finding]:
+    """The image probe parsed the rendered leader and worker command lines with the image's
+    own vLLM argument parser: a flag that release does not know fails here, not after a
+    long start."""
+    if ctx.facts.probed is None:
+        return
+    serve = (ctx.release() or {}).get("serve") or {}
+    if not serve:
+        return
+    for role in sorted(serve):
+        answer = serve[role] or {}
+        if answer.get("ok"):
+            continue
+        unknown = list(answer.get("unknownFlags") or [])
+        if unknown:
+            yield Finding(
+                "serve-args",
+                "Fail",
+                Reason.SERVE_FLAG_UNKNOWN,
+                (
+                    f"vLLM in spec.engine.image does not know {', '.join(unknown)} on the {role}'s "
+                    "command line; remove it from spec.engine.extraArgs, or use an image whose "
+                    "vLLM has it"
+                ),
+            )
+        else:
+            yield Finding(
+                "serve-args",
+                "Fail",
+                Reason.SERVE_ARGS_REFUSED,
+                (
+                    f"vLLM in spec.engine.image refuses the {role}'s command line: "
+                    f"{str(answer.get('error', ''))[:400]}; fix the value in the spec"
+                ),
+            )
+        return
+    yield Finding(
+        "serve-args",
+        "Pass",
+        Reason.SERVE_ARGS_ACCEPTED,
+        f"vLLM in the image parses the {' and '.join(sorted(serve))} command lines",
+    )
 
 
 def _drafter_config(ctx: Context, tokens: int | None) -> Iterable[Finding]:
@@ -561,6 +697,7 @@ RULES: tuple[Rule, ...] = (
     check_experts,
     check_extra_args,
     check_drafter,
+    check_serve_args,
 )
 
 
