@@ -50,7 +50,9 @@ def test_incompatible_example_is_refused_before_any_gpu_then_fixed(
         "-o",
         "json",
     ).stdout
-    assert json.loads(events)["items"], "a Warning event for the failure"
+    posted = json.loads(events)["items"]
+    assert posted, "an event for the failure"
+    assert {e["type"] for e in posted} == {"Warning"}, "a refusal is a Warning, never Normal"
     table = cluster.kubectl("get", "kk3d", name, "-n", namespace).stdout
     assert "TargetLacksEagle3" in table
 
@@ -74,6 +76,28 @@ def test_incompatible_example_is_refused_before_any_gpu_then_fixed(
     body = wait_condition(name, namespace, "Available", "True", "Available", timeout=120)
     assert condition(body, "CapabilitiesVerified")["status"] == "True"
     assert condition(body, "Degraded")["status"] == "False"
+
+
+def test_a_drafter_its_method_cannot_load_is_refused_with_a_warning(
+    cluster: Cluster,
+    namespace: str,
+    operator: OperatorProcess,
+    wait_condition: Callable[..., dict[str, Any]],
+) -> None:
+    resource = example("kimi-k3-text-dspark.yaml")
+    resource["spec"]["drafter"]["method"] = "eagle3"
+    resource["spec"]["preflight"] = {"probe": False}
+    name = resource["metadata"]["name"]
+    cluster.apply(resource, namespace)
+    reason = "DrafterArchitectureUnsupportedByMethod"
+    body = wait_condition(name, namespace, "DrafterPaired", "False", reason)
+    message = condition(body, "DrafterPaired")["message"]
+    assert "Eagle3K3DSparkModel" in message and "drafter.method: dspark" in message
+    assert cluster.get("lws", name, namespace) is None
+    events = cluster.kubectl(
+        "get", "events", "-n", namespace, "--field-selector", f"reason={reason}", "-o", "json"
+    ).stdout
+    assert {e["type"] for e in json.loads(events)["items"]} == {"Warning"}
 
 
 def test_image_probe_job_then_report_then_deploy(

@@ -510,9 +510,24 @@ def check_drafter_method(ctx: Context, drafter: ResolvedDrafter) -> Iterable[Fin
     method = drafter.method
     who = drafter.repo or "the target's own MTP layers"
     probed = (ctx.release() or {}).get("speculative") if ctx.facts.probed is not None else None
-    if probed:
-        if probed.get("ok"):
+    if probed and "ok" in probed:
+        if probed.get("ok") is True:
             becomes = probed.get("draftArchitectures") or []
+            want = DRAFTER_ARCHITECTURE.get(method)
+            if want is not None and becomes and want not in becomes:
+                yield Finding(
+                    "drafter-method",
+                    "Fail",
+                    Reason.DRAFTER_ARCHITECTURE_UNSUPPORTED_BY_METHOD,
+                    (
+                        f"vLLM in spec.engine.image loads {who} under spec.drafter.method="
+                        f"{method} as {becomes}, not {want}, the Kimi-K3 {method} drafter; the "
+                        f"pods would crash at start; set drafter.repo to a Kimi-K3 {method} "
+                        "drafter"
+                    ),
+                    DRAFTER,
+                )
+                return
             yield Finding(
                 "drafter-method",
                 "Pass",

@@ -4,6 +4,7 @@ the same answers as the capability table for that release, on nvidia and on amd.
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import subprocess
 from typing import Any
@@ -92,7 +93,12 @@ def test_probe_answers_like_the_table(platform: str, configs: pathlib.Path) -> N
     assert report["checksAuxHiddenStatesOverPP"] == release["checksAuxHiddenStatesOverPP"]
     assert report["targetConfig"]["num_attention_heads"] == 96
     assert report["drafterConfig"]["architectures"] == ["K3DSparkModel"]
-    recorded = json.loads((FIXTURES / f"probe-report-vllm-0.33.0-{platform}.json").read_text())
+    fixture = FIXTURES / f"probe-report-vllm-0.33.0-{platform}.json"
+    if os.environ.get("KIMIK3_RECORD_PROBE_REPORTS"):  # after a deliberate probe change
+        # The configs are this test's stand-ins, not a checkpoint's: not replayed.
+        kept = {**report, "targetConfig": None, "drafterConfig": None}
+        fixture.write_text(json.dumps(kept, indent=1, sort_keys=True) + "\n")
+    recorded = json.loads(fixture.read_text())
     live = {k: v for k, v in report.items() if k not in ("targetConfig", "drafterConfig")}
     assert live == {
         k: v for k, v in recorded.items() if k not in ("targetConfig", "drafterConfig")

@@ -1,0 +1,30 @@
+"""Runs inside the vllm virtual environment: the image probe's speculative-config and
+command-line checks for many requests in one process (vLLM imports once).
+
+Input (stdin): {"name": request, ...}. Output: {"name": {"speculative": ..., "serve": ...}}.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import sys
+
+sys.path.insert(0, str(pathlib.Path(sys.argv[1]).parent))
+import probe_script
+
+
+def main() -> None:
+    cases = json.load(sys.stdin)
+    out = {
+        name: {
+            "speculative": probe_script.check_speculative(request),
+            "serve": probe_script.check_serve(request.get("serve") or {}),
+        }
+        for name, request in cases.items()
+    }
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
