@@ -265,3 +265,49 @@ def test_restarted_operator_leaves_unchanged_children_alone(
     time.sleep(12)  # the resume handlers and two resync ticks
     assert versions() == before
     assert "Traceback" not in operator.log.read_text()
+
+
+def test_a_node_deleted_under_a_running_group_is_named_then_the_group_recovers(
+    cluster: Cluster,
+    namespace: str,
+    operator: OperatorProcess,
+    wait_condition: Callable[..., dict[str, Any]],
+) -> None:
+    """The operator runs with a 5 s resync; the node's deletion reaches it by its watch."""
+    cluster.apply(kimi("k3", **SMALL), namespace)
+    wait_condition("k3", namespace, "Available", "True", "Available", timeout=120)
+    worker = next(
+        p
+        for p in pods_of(cluster, namespace, "k3")
+        if p["metadata"]["labels"]["app.kubernetes.io/component"] == "worker"
+    )
+    node = worker["spec"]["nodeName"]
+    saved = cluster.get("node", node, "default")
+    assert saved is not None
+    try:
+        cluster.kubectl("delete", "node", node, "--wait=false")
+        body = wait_condition("k3", namespace, "Degraded", "True", "NodeLost", timeout=15)
+        message = condition(body, "Degraded")["message"]
+        assert f"node {node}, which is gone" in message and "group 0" in message
+        assert condition(body, "Available")["status"] == "False"
+        assert (
+            f"group 0: pod {worker['metadata']['name']} on node {node}"
+            in (condition(body, "Available")["message"])
+        )
+        # The pod GC removes the orphaned pod; LWS recreates the group on the other nodes.
+        body = wait_condition("k3", namespace, "Available", "True", "Available", timeout=180)
+        assert all(p["spec"].get("nodeName") != node for p in pods_of(cluster, namespace, "k3"))
+        assert condition(body, "Degraded")["status"] == "False"
+    finally:
+        meta = saved["metadata"]
+        restored = {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {k: meta[k] for k in ("name", "labels", "annotations") if k in meta},
+            "spec": {},
+            "status": {
+                "capacity": saved["status"]["capacity"],
+                "allocatable": saved["status"]["allocatable"],
+            },
+        }
+        cluster.apply(restored, "default")

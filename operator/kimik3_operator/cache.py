@@ -189,7 +189,13 @@ class GpuLedger:
     def __init__(self) -> None:
         self._nodes: dict[str, NodeGpus] = {}
         self._pods: dict[str, tuple[str, dict[str, int]]] = {}
+        self._listed = False
         self._lock = threading.Lock()
+
+    def has_node(self, name: str) -> bool:
+        """Whether the node exists; before the first list, assume it does."""
+        with self._lock:
+            return not self._listed or name in self._nodes
 
     def node_event(self, kind: str, node: Mapping[str, Any]) -> None:
         name = (node.get("metadata") or {}).get("name", "")
@@ -202,6 +208,7 @@ class GpuLedger:
     def nodes_listed(self, nodes: Iterable[Mapping[str, Any]]) -> None:
         with self._lock:
             self._nodes = {(n.get("metadata") or {}).get("name", ""): node_gpus(n) for n in nodes}
+            self._listed = True
 
     def pod_event(self, kind: str, pod: Mapping[str, Any]) -> None:
         uid = (pod.get("metadata") or {}).get("uid", "")

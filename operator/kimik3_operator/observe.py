@@ -44,8 +44,11 @@ class Observation:
     problems: tuple[Problem, ...] = field(default=())
 
 
-def group_readiness(pods: Sequence[Obj], size: int, replicas: int) -> int:
-    """Groups below ``replicas`` whose ``size`` pods all exist and are Ready."""
+def group_readiness(
+    pods: Sequence[Obj], size: int, replicas: int, gone_nodes: frozenset[str] = frozenset()
+) -> int:
+    """Groups below ``replicas`` whose ``size`` pods all exist, are Ready and are on a node
+    that still exists."""
     groups: dict[str, list[Obj]] = defaultdict(list)
     for pod in pods:
         index = pod.get("metadata", {}).get("labels", {}).get(c.LWS_GROUP_INDEX_LABEL)
@@ -55,9 +58,52 @@ def group_readiness(pods: Sequence[Obj], size: int, replicas: int) -> int:
     for index, members in groups.items():
         if not index.isdigit() or int(index) >= replicas:
             continue
-        if len(members) == size and all(pod_ready(p) for p in members):
+        if len(members) == size and all(
+            pod_ready(p) and p.get("spec", {}).get("nodeName") not in gone_nodes for p in members
+        ):
             ready += 1
     return ready
+
+
+def group_gaps(
+    pods: Sequence[Obj],
+    size: int,
+    replicas: int,
+    name: str = "",
+    gone_nodes: frozenset[str] = frozenset(),
+) -> list[str]:
+    """For each group below ``replicas`` that is not ready, which pods keep it back and why:
+    missing (LWS recreates the group), terminating, not scheduled, or not Ready."""
+    groups: dict[int, dict[int, Obj]] = defaultdict(dict)
+    for pod in pods:
+        labels = pod.get("metadata", {}).get("labels", {}) or {}
+        group, worker = labels.get(c.LWS_GROUP_INDEX_LABEL), labels.get(c.LWS_WORKER_INDEX_LABEL)
+        if str(group).isdigit() and str(worker).isdigit():
+            groups[int(str(group))][int(str(worker))] = pod
+    gaps = []
+    for index in range(replicas):
+        members = groups.get(index, {})
+        why = []
+        for worker in range(size):
+            member = members.get(worker)
+            expected = f"{name}-{index}" + (f"-{worker}" if worker else "") if name else ""
+            if member is None:
+                what = f"pod {expected}" if expected else f"worker {worker}"
+                why.append(f"{what} missing")
+                continue
+            pod_name = member.get("metadata", {}).get("name", expected)
+            node = member.get("spec", {}).get("nodeName")
+            if node in gone_nodes:
+                why.append(f"pod {pod_name} on node {node}, which is gone")
+            elif member.get("metadata", {}).get("deletionTimestamp"):
+                why.append(f"pod {pod_name} terminating" + (f" on node {node}" if node else ""))
+            elif not node:
+                why.append(f"pod {pod_name} not scheduled")
+            elif not pod_ready(member):
+                why.append(f"pod {pod_name} on node {node} not Ready")
+        if why:
+            gaps.append(f"group {index}: {', '.join(why)}")
+    return gaps
 
 
 def pod_ready(pod: Obj) -> bool:
@@ -65,6 +111,27 @@ def pod_ready(pod: Obj) -> bool:
         if cond.get("type") == "Ready":
             return bool(cond.get("status") == "True")
     return False
+
+
+def lost_pods(pods: Sequence[Obj], gone_nodes: frozenset[str]) -> list[Problem]:
+    """Pods bound to a node that no longer exists: their group is down until LWS recreates it."""
+    lost = []
+    for pod in sorted(pods, key=lambda p: str(p.get("metadata", {}).get("name", ""))):
+        node = pod.get("spec", {}).get("nodeName")
+        if node in gone_nodes:
+            labels = pod.get("metadata", {}).get("labels", {}) or {}
+            group = labels.get(c.LWS_GROUP_INDEX_LABEL, "?")
+            lost.append(
+                Problem(
+                    Reason.NODE_LOST,
+                    (
+                        f"pod {pod.get('metadata', {}).get('name')} of group {group} is bound to "
+                        f"node {node}, which is gone; LeaderWorkerSet recreates the group on "
+                        "the remaining nodes"
+                    ),
+                )
+            )
+    return lost
 
 
 def pod_problems(
@@ -176,6 +243,8 @@ def observe(
     lws: Obj | None,
     pods: Sequence[Obj],
     gpus: GpuInventory | None = None,
+    name: str = "",
+    gone_nodes: frozenset[str] = frozenset(),
 ) -> Observation:
     if not lws_crd_installed:
         message = (
@@ -187,8 +256,9 @@ def observe(
         return _blocked(Reason.LEADER_WORKER_SET_CRD_MISSING, message)
     size = spec.nodes_per_replica
     replicas = spec.replicas
-    ready = group_readiness(pods, size, replicas)
-    problems = tuple(pod_problems(pods, spec, gpus))
+    ready = group_readiness(pods, size, replicas, gone_nodes)
+    gaps = group_gaps(pods, size, replicas, name, gone_nodes) if lws is not None else []
+    problems = tuple(lost_pods(pods, gone_nodes) + pod_problems(pods, spec, gpus))
     lws_status = (lws or {}).get("status", {}) or {}
     updated = int(lws_status.get("updatedReplicas", 0) or 0)
 
@@ -211,7 +281,7 @@ def observe(
             ConditionType.PROGRESSING,
             "True",
             Reason.GROUPS_STARTING,
-            f"{ready} of {replicas} group(s) of {size} pod(s) ready",
+            f"{ready} of {replicas} group(s) of {size} pod(s) ready" + _gaps(gaps),
         )
     else:
         progressing = Condition(
@@ -257,9 +327,16 @@ def observe(
             "False",
             reason,
             f"{ready} of {replicas} group(s) ready; a group is ready when "
-            f"all its {size} pod(s) are Ready",
+            f"all its {size} pod(s) are Ready" + _gaps(gaps),
         )
     return Observation(ready, (progressing, available, degraded), available.reason, problems)
+
+
+def _gaps(gaps: Sequence[str], limit: int = 4) -> str:
+    if not gaps:
+        return ""
+    more = f"; and {len(gaps) - limit} more group(s)" if len(gaps) > limit else ""
+    return "; " + "; ".join(gaps[:limit]) + more
 
 
 def _blocked(reason: str, message: str) -> Observation:

@@ -239,3 +239,30 @@ def test_gpu_inventory_leaves_out_nodes_whose_taints_the_placement_does_not_tole
     assert ledger.inventory("nvidia.com/gpu", {}, [{"operator": "Exists"}]).nodes == 2
     wrong = [{"key": "pool", "operator": "Equal", "value": "prod"}]
     assert ledger.inventory("nvidia.com/gpu", {}, wrong).nodes == 1
+
+
+def member(group: int, worker: int, node: str = "n1", ready: bool = True) -> dict[str, Any]:
+    name = f"k3-{group}" + (f"-{worker}" if worker else "")
+    return {
+        "metadata": {
+            "name": name,
+            "labels": {
+                "leaderworkerset.sigs.k8s.io/group-index": str(group),
+                "leaderworkerset.sigs.k8s.io/worker-index": str(worker),
+            },
+        },
+        "spec": {"nodeName": node},
+        "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},
+    }
+
+
+def test_the_status_names_the_group_that_is_not_ready_and_why() -> None:
+    spec = spec_of(replicas=3)  # groups of two pods
+    pods = [member(0, 0), member(0, 1), member(1, 0), member(2, 0), member(2, 1, ready=False)]
+    lws = {"status": {"replicas": 3, "updatedReplicas": 3}}
+    obs = observe(spec, lws_crd_installed=True, lws=lws, pods=pods, name="k3")
+    messages = {c.type: c.message for c in obs.conditions}
+    assert "group 1: pod k3-1-1 missing" in messages["Progressing"]
+    assert "group 2: pod k3-2-1 on node n1 not Ready" in messages["Progressing"]
+    assert "group 0" not in messages["Progressing"]
+    assert "group 1: pod k3-1-1 missing" in messages["Available"]

@@ -69,6 +69,7 @@ class Reason:
     POD_OOM_KILLED: Final = "PodOOMKilled"
     IMAGE_PULL_FAILED: Final = "ImagePullFailed"
     INSUFFICIENT_GPUS: Final = "InsufficientGPUs"
+    NODE_LOST: Final = "NodeLost"
     UNSCHEDULABLE: Final = "Unschedulable"
     APPLY_FAILED: Final = "ApplyFailed"
     PREFLIGHT_FAILED: Final = "PreflightFailed"

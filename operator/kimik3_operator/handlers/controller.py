@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,7 +27,6 @@ from kimik3_operator.handlers.reconcile import reconcile
 from kimik3_operator.handlers.speculation import Scraper
 from kimik3_operator.informer import Informer, Obj
 from kimik3_operator.kube import Kube, KubeError
-from kimik3_operator.observe import GpuInventory
 
 log = logging.getLogger(__name__)
 Key = tuple[str, str]
@@ -113,7 +112,7 @@ class Controller:
                     self.api_client,
                     "/api/v1/nodes",
                     on_sync=ledger.nodes_listed,
-                    on_event=self._gpu_change(ledger.node_event),
+                    on_event=self._gpu_change(ledger.node_event, nodes=True),
                     name="nodes (GPU ledger)",
                 )
             )
@@ -207,7 +206,9 @@ class Controller:
             name=f"crd {crd}",
         )
 
-    def _gpu_change(self, record: Callable[[str, Obj], None]) -> Callable[[str, Obj], None]:
+    def _gpu_change(
+        self, record: Callable[[str, Obj], None], nodes: bool = False
+    ) -> Callable[[str, Obj], None]:
         def on_event(event: str, obj: Obj) -> None:
             record(event, obj)
             # Free GPUs moved: a deployment waiting for them may fit now.
@@ -215,6 +216,12 @@ class Controller:
                 body = self.store.get(c.KIND, namespace, name) or {}
                 if (body.get("status") or {}).get("reason") == c.Reason.INSUFFICIENT_GPUS:
                     self._enqueue((namespace, name))
+            if nodes and event == "DELETED":
+                # A group on a node that is gone is down now, not after the pod GC.
+                node = (obj.get("metadata") or {}).get("name")
+                for pod in self.store.list("Pod"):
+                    if (pod.get("spec") or {}).get("nodeName") == node:
+                        self._enqueue_owner(pod)
 
         return on_event
 
@@ -243,20 +250,11 @@ class Controller:
         for key in (self.scraper.known() | metrics.known()) - present:
             self.forget(*key)
 
-    def gpus(
-        self,
-        resource: str,
-        node_selector: Mapping[str, str],
-        tolerations: Sequence[Mapping[str, Any]],
-    ) -> GpuInventory:
-        assert self.ledger is not None
-        return self.ledger.inventory(resource, node_selector, tolerations)
-
     def reconcile_key(self, key: Key) -> None:
         namespace, name = key
         body = {"metadata": {"namespace": namespace, "name": name}}
         try:
-            self.reconcile_fn(self.kube, body, gpus=self.gpus if self.ledger is not None else None)
+            self.reconcile_fn(self.kube, body, nodes=self.ledger)
         except KubeError as exc:
             log.warning("reconcile of %s/%s: %s; retrying", namespace, name, exc)
             self.queue.add(key, delay=self.settings.retry_seconds)

@@ -9,9 +9,9 @@ periodic resync.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from kimik3_operator import metrics
 from kimik3_operator.api import constants as c
@@ -39,9 +39,19 @@ from kimik3_operator.preflight.table import load_table
 log = logging.getLogger(__name__)
 CRD_API = "apiextensions.k8s.io/v1"
 LWS_API = f"{c.LWS_GROUP}/{c.LWS_VERSION}"
-# What the scheduler had to work with, for a placement: (gpuResource, nodeSelector,
-# tolerations).
-GpuSource = Callable[[str, Mapping[str, str], Sequence[Mapping[str, Any]]], GpuInventory]
+
+
+class NodeView(Protocol):
+    """The cluster's nodes as the watches see them (the GPU ledger)."""
+
+    def inventory(
+        self,
+        resource: str,
+        node_selector: Mapping[str, str],
+        tolerations: Iterable[Mapping[str, Any]] = (),
+    ) -> GpuInventory: ...
+
+    def has_node(self, name: str) -> bool: ...
 
 
 @dataclass
@@ -57,7 +67,7 @@ def reconcile(
     kube: Kube,
     body: Mapping[str, Any],
     clock: Callable[[], str] = now_rfc3339,
-    gpus: GpuSource | None = None,
+    nodes: NodeView | None = None,
 ) -> ReconcileResult:
     meta = body["metadata"]
     with lock_for(meta["namespace"], meta["name"]), metrics.RECONCILE_SECONDS.time():
@@ -68,7 +78,7 @@ def reconcile(
             return ReconcileResult()
         try:
             fresh = _drop_legacy_finalizer(kube, fresh)
-            result = _reconcile(kube, fresh, clock, gpus)
+            result = _reconcile(kube, fresh, clock, nodes)
         except Exception:
             metrics.RECONCILES.labels("error").inc()
             raise
@@ -89,7 +99,7 @@ def _drop_legacy_finalizer(kube: Kube, body: Obj) -> Obj:
 
 
 def _reconcile(
-    kube: Kube, body: Mapping[str, Any], clock: Callable[[], str], gpus: GpuSource | None
+    kube: Kube, body: Mapping[str, Any], clock: Callable[[], str], nodes: NodeView | None
 ) -> ReconcileResult:
     meta = body["metadata"]
     owner = Owner(meta["name"], meta["namespace"], meta["uid"])
@@ -139,11 +149,30 @@ def _reconcile(
         else None
     )
     pods = _pods(kube, owner) if lws_installed else []
-    observation = observe(spec, lws_crd_installed=lws_installed, lws=lws, pods=pods)
-    if gpus is not None and any(p.reason == Reason.INSUFFICIENT_GPUS for p in observation.problems):
+    gone = frozenset(
+        node
+        for node in (p.get("spec", {}).get("nodeName") for p in pods)
+        if node and nodes is not None and not nodes.has_node(node)
+    )
+    observation = observe(
+        spec, lws_crd_installed=lws_installed, lws=lws, pods=pods, name=owner.name, gone_nodes=gone
+    )
+    if nodes is not None and any(
+        p.reason == Reason.INSUFFICIENT_GPUS for p in observation.problems
+    ):
         placement = spec.placement
-        inventory = gpus(placement.gpu_resource, placement.node_selector, placement.tolerations)
-        observation = observe(spec, lws_crd_installed=True, lws=lws, pods=pods, gpus=inventory)
+        inventory = nodes.inventory(
+            placement.gpu_resource, placement.node_selector, placement.tolerations
+        )
+        observation = observe(
+            spec,
+            lws_crd_installed=True,
+            lws=lws,
+            pods=pods,
+            gpus=inventory,
+            name=owner.name,
+            gone_nodes=gone,
+        )
     _write_status(kube, body, spec, gated_observation(observation, gate), result, clock, gate)
     return result
 
