@@ -78,6 +78,12 @@ def test_text_dspark_becomes_an_available_two_node_group(
     svc = cluster.get("service", "k3", namespace)
     assert svc is not None
     assert svc["spec"]["selector"]["app.kubernetes.io/component"] == "leader"
+    assert svc["spec"]["clusterIP"] != "None", "the leaders' Service, not LWS's headless one"
+    assert [r["kind"] for r in svc["metadata"]["ownerReferences"]] == ["KimiK3Deployment"]
+    # LWS's headless Service for the group's DNS names, and the leader address built on it.
+    headless = cluster.get("service", "k3-0", namespace)
+    assert headless is not None and headless["spec"]["clusterIP"] == "None"
+    assert env.get("LWS_LEADER_ADDRESS") == f"k3-0.k3-0.{namespace}"
     assert cluster.get("podmonitor", "k3", namespace) is not None
 
     table = cluster.kubectl("get", "kk3d", "-n", namespace).stdout.splitlines()

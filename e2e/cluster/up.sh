@@ -30,7 +30,19 @@ if [[ -f "$kubeconfig" ]] && k get --raw /readyz >/dev/null 2>&1; then
   echo "control plane already up; reusing it" >&2
 else
   kwokctl delete cluster --name "$cluster" >/dev/null 2>&1 || true
+  # Audit only the benchmark's operator identity, so bench/scale.py can count the API
+  # requests the operator makes (by verb and resource) from the API server's own record.
+  cat > "$run/audit-policy.yaml" <<POLICY
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+- level: Metadata
+  users: ["system:serviceaccount:kimik3-bench:kimik3-operator"]
+- level: None
+POLICY
   kwokctl create cluster --name "$cluster" --runtime binary \
+    --kube-audit-policy "$run/audit-policy.yaml" \
     --kube-apiserver-binary "$bin/kube-apiserver" \
     --kube-controller-manager-binary "$bin/kube-controller-manager" \
     --kube-scheduler-binary "$bin/kube-scheduler" \

@@ -8,6 +8,8 @@ the watch event arrives.
 from __future__ import annotations
 
 import builtins
+import logging
+import queue
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -16,6 +18,7 @@ from typing import Any
 from kimik3_operator.kube import Kube, Obj
 from kimik3_operator.observe import GpuInventory
 
+log = logging.getLogger(__name__)
 Key = tuple[str, str, str]  # kind, namespace ("" when cluster-scoped), name
 
 
@@ -258,11 +261,28 @@ class GpuLedger:
 
 
 class CachedKube:
-    """Reads from the store, writes through to the API server (and back into the store)."""
+    """Reads from the store, writes through to the API server (and back into the store).
 
-    def __init__(self, api: Kube, store: Store) -> None:
+    Events go out from a thread of their own: they are best effort, and a reconcile should
+    not wait on five of them before the next resource's LeaderWorkerSet.
+    """
+
+    def __init__(self, api: Kube, store: Store, background_events: bool = False) -> None:
         self.api = api
         self.store = store
+        self._events: queue.Queue[Mapping[str, Any]] | None = None
+        if background_events:
+            self._events = queue.Queue(maxsize=10000)
+            threading.Thread(target=self._post_events, name="events", daemon=True).start()
+
+    def _post_events(self) -> None:
+        assert self._events is not None
+        while True:
+            event = self._events.get()
+            try:
+                self.api.create(event)
+            except Exception as exc:  # best effort, like every event
+                log.warning("could not post event %s: %s", event.get("reason"), exc)
 
     def get(
         self, api_version: str, kind: str, name: str, namespace: str | None = None
@@ -303,4 +323,10 @@ class CachedKube:
         self.store.remove(kind, namespace, name)
 
     def create(self, manifest: Mapping[str, Any]) -> Obj:
+        if self._events is not None and manifest.get("kind") == "Event":
+            try:
+                self._events.put_nowait(manifest)
+            except queue.Full:
+                log.warning("event queue full; dropped %s", manifest.get("reason"))
+            return dict(manifest)
         return self.api.create(manifest)

@@ -26,7 +26,7 @@ class Settings:
     scrape_url: str = ""
     # Read Nodes and GPU pods cluster-wide to say how many GPUs are free (chart: gpuInventory).
     gpu_inventory: bool = True
-    workers: int = 4  # reconciles that may run at once (one per resource at a time)
+    workers: int = 8  # reconciles that may run at once (one per resource at a time)
     scrape_workers: int = 4
     coalesce_seconds: float = 0.1  # events for one resource within this become one reconcile
     retry_seconds: float = 5.0  # after a failed reconcile

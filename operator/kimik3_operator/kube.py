@@ -22,6 +22,7 @@ PLURALS = {
     "Service": "services",
     "Pod": "pods",
     "Node": "nodes",
+    "Namespace": "namespaces",
     "Event": "events",
     "ConfigMap": "configmaps",
     "Job": "jobs",

@@ -39,6 +39,8 @@ def test_two_node_group_for_tp16_on_8_gpu_nodes() -> None:
     assert lws["apiVersion"] == "leaderworkerset.x-k8s.io/v1"
     assert spec["replicas"] == 1
     assert spec["startupPolicy"] == "LeaderCreated"
+    # LWS's headless Services go per group, leaving <name> to the leaders' Service.
+    assert spec["networkConfig"] == {"subdomainPolicy": "UniquePerReplica"}
     assert spec["leaderWorkerTemplate"]["size"] == 2
     assert spec["leaderWorkerTemplate"]["restartPolicy"] == "RecreateGroupOnPodRestart"
     assert spec["rolloutStrategy"] == {
@@ -237,7 +239,7 @@ def test_pod_monitor_scrapes_leader_metrics() -> None:
 
 def test_children_carry_owner_labels_and_hash() -> None:
     children = build_children(spec_of(), OWNER)
-    assert [c["kind"] for c in children] == ["Service", "LeaderWorkerSet", "PodMonitor"]
+    assert [c["kind"] for c in children] == ["LeaderWorkerSet", "Service", "PodMonitor"]
     for child in children:
         meta = child["metadata"]
         assert meta["ownerReferences"] == [
@@ -255,14 +257,14 @@ def test_children_carry_owner_labels_and_hash() -> None:
         assert meta["namespace"] == "llm"
         assert SPEC_HASH_ANNOTATION in meta["annotations"]
     no_monitor = build_children(spec_of(monitoring={"podMonitor": False}), OWNER)
-    assert [c["kind"] for c in no_monitor] == ["Service", "LeaderWorkerSet"]
+    assert [c["kind"] for c in no_monitor] == ["LeaderWorkerSet", "Service"]
     no_crd = build_children(spec_of(), OWNER, pod_monitor_available=False)
-    assert [c["kind"] for c in no_crd] == ["Service", "LeaderWorkerSet"]
+    assert [c["kind"] for c in no_crd] == ["LeaderWorkerSet", "Service"]
 
 
 def test_hash_changes_with_the_spec() -> None:
     def lws_hash(spec: KimiK3DeploymentSpec) -> str:
-        return str(build_children(spec, OWNER)[1]["metadata"]["annotations"][SPEC_HASH_ANNOTATION])
+        return str(build_children(spec, OWNER)[0]["metadata"]["annotations"][SPEC_HASH_ANNOTATION])
 
     assert lws_hash(spec_of()) == lws_hash(spec_of())
     assert lws_hash(spec_of()) != lws_hash(spec_of(engine={"image": "vllm/vllm-openai:v0.34.0"}))

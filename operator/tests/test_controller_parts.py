@@ -149,3 +149,16 @@ def test_a_resource_made_by_an_earlier_release_loses_kopfs_finalizer() -> None:
     assert stored is not None
     assert stored["metadata"]["finalizers"] == ["example.com/other"]
     assert ("patch", "KimiK3Deployment", "k3") in kube.writes
+
+
+def test_a_retry_asked_for_while_running_keeps_its_delay() -> None:
+    clock = Clock()
+    queue: WorkQueue[str] = WorkQueue(delay=0.1, clock=clock)
+    queue.add("k", delay=0.0)
+    assert queue.get(timeout=0) == "k"
+    queue.add("k", delay=5.0)  # the reconcile failed: retry in 5 s, not at once
+    queue.done("k")
+    clock.now = 1.0
+    assert queue.get(timeout=0) is None
+    clock.now = 5.0
+    assert queue.get(timeout=0) == "k"

@@ -24,7 +24,7 @@ def test_first_reconcile_applies_children_and_status(kube: FakeKube) -> None:
     body = stored(kube, resource())
     kube.put(body)
     result = reconcile(kube, body, clock)
-    assert result.applied == ["Service/k3", "LeaderWorkerSet/k3", "PodMonitor/k3"]
+    assert result.applied == ["LeaderWorkerSet/k3", "Service/k3", "PodMonitor/k3"]
     assert result.status_written
     status = kube.get("serving.kimik3.io/v1alpha1", "KimiK3Deployment", "k3", "llm")["status"]
     assert status["observedGeneration"] == 1
@@ -113,7 +113,7 @@ def test_without_lws_crd_nothing_is_applied() -> None:
 def test_without_prometheus_operator_no_pod_monitor() -> None:
     kube = FakeKube(crds=("leaderworkersets.leaderworkerset.x-k8s.io",))
     result = reconcile(kube, stored(kube, resource()), clock)
-    assert result.applied == ["Service/k3", "LeaderWorkerSet/k3"]
+    assert result.applied == ["LeaderWorkerSet/k3", "Service/k3"]
 
 
 def test_turning_the_pod_monitor_off_deletes_it(kube: FakeKube) -> None:

@@ -1,4 +1,5 @@
-"""Every child of one KimiK3Deployment, in the order they are applied."""
+"""Every child of one KimiK3Deployment, in the order they are applied: the LeaderWorkerSet
+first, since everything a user waits for starts from it."""
 
 from __future__ import annotations
 
@@ -17,8 +18,8 @@ def build_children(
 ) -> list[dict[str, Any]]:
     drafter = resolve_drafter(spec)
     children = [
-        build_service(spec, owner),
         build_leader_worker_set(spec, owner, drafter),
+        build_service(spec, owner),
     ]
     if wants_pod_monitor(spec) and pod_monitor_available:
         children.append(build_pod_monitor(spec, owner))

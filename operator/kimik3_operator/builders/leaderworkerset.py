@@ -44,6 +44,10 @@ def build_leader_worker_set(
             "replicas": spec.replicas,
             # The leader cannot become ready before its workers join: LeaderReady deadlocks.
             "startupPolicy": "LeaderCreated",
+            # The shared policy makes LWS create a headless Service named after the LWS, the
+            # name of the leaders' Service: one of them would lose, and with it the workers'
+            # DNS name for the leader. Per replica, LWS names them <name>-<group>.
+            "networkConfig": {"subdomainPolicy": "UniquePerReplica"},
             "rolloutStrategy": {
                 "type": "RollingUpdate",
                 "rollingUpdateConfiguration": {

@@ -84,7 +84,7 @@ class Controller:
     _threads: list[threading.Thread] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self.kube = CachedKube(self.api, self.store)
+        self.kube = CachedKube(self.api, self.store, background_events=True)
         self.queue.delay = self.settings.coalesce_seconds
         if self.settings.gpu_inventory and self.ledger is None:
             self.ledger = GpuLedger()
@@ -158,7 +158,8 @@ class Controller:
                 if event == "DELETED":
                     self.forget(*key)
                 else:
-                    self._enqueue(key)
+                    # The user's own change: no burst to wait for.
+                    self._enqueue(key, delay=0.0)
             else:
                 self._enqueue_owner(obj)
 
@@ -227,9 +228,9 @@ class Controller:
 
     # --- the queue ----------------------------------------------------------------------
 
-    def _enqueue(self, key: Key) -> None:
+    def _enqueue(self, key: Key, delay: float | None = None) -> None:
         if self.active.is_set():
-            self.queue.add(key)
+            self.queue.add(key, delay=delay)
 
     def _enqueue_owner(self, obj: Mapping[str, Any]) -> None:
         key = owner_key(obj)

@@ -23,7 +23,7 @@ class WorkQueue(Generic[K]):
         self._heap: list[tuple[float, int, K]] = []
         self._waiting: dict[K, float] = {}
         self._active: set[K] = set()
-        self._again: set[K] = set()
+        self._again: dict[K, float] = {}
         self._counter = 0
         self._closed = False
         self._cond = threading.Condition()
@@ -34,7 +34,9 @@ class WorkQueue(Generic[K]):
         with self._cond:
             self.added += 1
             if key in self._active:
-                self._again.add(key)
+                # Once more after this run, at the soonest delay asked for meanwhile.
+                wanted = self.delay if delay is None else delay
+                self._again[key] = min(self._again.get(key, wanted), wanted)
                 self.coalesced += 1
                 return
             due = self._clock() + (self.delay if delay is None else delay)
@@ -72,13 +74,10 @@ class WorkQueue(Generic[K]):
     def done(self, key: K) -> None:
         with self._cond:
             self._active.discard(key)
-            if key in self._again:
-                self._again.discard(key)
-                again = True
-            else:
-                again = False
+            again = key in self._again
+            delay = self._again.pop(key, None)
         if again:
-            self.add(key)
+            self.add(key, delay=delay)
 
     def close(self) -> None:
         with self._cond:

@@ -50,7 +50,7 @@ SPECS: dict[str, dict[str, Any]] = {
 
 def commands(spec: KimiK3DeploymentSpec) -> dict[str, list[str]]:
     """The leader's and one worker's argv after `vllm serve`, as the kubelet expands them."""
-    lws = build_children(spec, Owner("k3", "llm", "uid"))[1]
+    lws = build_children(spec, Owner("k3", "llm", "uid"))[0]
     template = lws["spec"]["leaderWorkerTemplate"]
     roles = {"leader": template.get("leaderTemplate", template["workerTemplate"])}
     if "leaderTemplate" in template:
