@@ -186,6 +186,31 @@ def pod_gpus(pod: Mapping[str, Any]) -> tuple[str, dict[str, int]] | None:
     return (node, total) if total else None
 
 
+def ledger_pod_fields(pod: Mapping[str, Any]) -> Obj:
+    """Only what the ledger reads of a pod, so a list of 20,000 pods stays small."""
+    spec = pod.get("spec") or {}
+    return {
+        "metadata": {"uid": (pod.get("metadata") or {}).get("uid", "")},
+        "spec": {
+            "nodeName": spec.get("nodeName"),
+            "containers": [
+                {"resources": {"requests": (c.get("resources") or {}).get("requests") or {}}}
+                for c in spec.get("containers") or []
+            ],
+        },
+        "status": {"phase": (pod.get("status") or {}).get("phase")},
+    }
+
+
+def ledger_node_fields(node: Mapping[str, Any]) -> Obj:
+    meta, spec = node.get("metadata") or {}, node.get("spec") or {}
+    return {
+        "metadata": {"name": meta.get("name", ""), "labels": meta.get("labels") or {}},
+        "spec": {"unschedulable": spec.get("unschedulable"), "taints": spec.get("taints") or []},
+        "status": {"allocatable": (node.get("status") or {}).get("allocatable") or {}},
+    }
+
+
 class GpuLedger:
     """Per node the allocatable GPUs, per pod what it holds: numbers, never whole objects."""
 
@@ -200,27 +225,32 @@ class GpuLedger:
         with self._lock:
             return not self._listed or name in self._nodes
 
-    def node_event(self, kind: str, node: Mapping[str, Any]) -> None:
+    def node_event(self, kind: str, node: Mapping[str, Any]) -> bool:
+        """Record a node's event; True when what the inventory counts changed."""
         name = (node.get("metadata") or {}).get("name", "")
         with self._lock:
+            before = self._nodes.get(name)
             if kind == "DELETED":
                 self._nodes.pop(name, None)
-            else:
-                self._nodes[name] = node_gpus(node)
+                return before is not None
+            self._nodes[name] = after = node_gpus(node)
+            return before != after
 
     def nodes_listed(self, nodes: Iterable[Mapping[str, Any]]) -> None:
         with self._lock:
             self._nodes = {(n.get("metadata") or {}).get("name", ""): node_gpus(n) for n in nodes}
             self._listed = True
 
-    def pod_event(self, kind: str, pod: Mapping[str, Any]) -> None:
+    def pod_event(self, kind: str, pod: Mapping[str, Any]) -> bool:
+        """Record a pod's event; True when the GPUs it holds changed (never for the many
+        pods that hold none)."""
         uid = (pod.get("metadata") or {}).get("uid", "")
         held = None if kind == "DELETED" else pod_gpus(pod)
         with self._lock:
-            if held is None:
-                self._pods.pop(uid, None)
-            else:
+            before = self._pods.pop(uid, None) if held is None else self._pods.get(uid)
+            if held is not None:
                 self._pods[uid] = held
+            return before != held
 
     def pods_listed(self, pods: Iterable[Mapping[str, Any]]) -> None:
         held = {(p.get("metadata") or {}).get("uid", ""): pod_gpus(p) for p in pods}

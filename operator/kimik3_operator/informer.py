@@ -42,6 +42,8 @@ class Informer:
     label_selector: str = ""
     field_selector: str = ""
     name: str = ""
+    # Applied to every object as it arrives, before a page of a list is kept.
+    transform: Callable[[Obj], Obj] | None = None
     synced: threading.Event = field(default_factory=threading.Event)
     lists: int = 0
     errors: int = 0
@@ -98,7 +100,8 @@ class Informer:
                 raise NotServedError
             if response.status >= 400:
                 raise OSError(f"list {self.path}: {response.status} {data.get('message', '')}")
-            items.extend(data.get("items") or [])
+            page = data.pop("items", None) or []
+            items.extend(map(self.transform, page) if self.transform else page)
             meta = data.get("metadata") or {}
             token = meta.get("continue") or ""
             if not token:
@@ -150,7 +153,7 @@ class Informer:
                         raise OSError(f"watch error: {obj.get('message')}")
                     version = str(obj.get("metadata", {}).get("resourceVersion") or version)
                     if kind != "BOOKMARK":
-                        self.on_event(kind, obj)
+                        self.on_event(kind, self.transform(obj) if self.transform else obj)
                 backoff = 0.5
             except GoneError:
                 version = ""

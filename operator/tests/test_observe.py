@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from conftest import spec_of
@@ -266,3 +267,33 @@ def test_the_status_names_the_group_that_is_not_ready_and_why() -> None:
     assert "group 2: pod k3-2-1 on node n1 not Ready" in messages["Progressing"]
     assert "group 0" not in messages["Progressing"]
     assert "group 1: pod k3-1-1 missing" in messages["Available"]
+
+
+def test_the_ledger_counts_the_same_from_the_few_fields_it_keeps() -> None:
+    from kimik3_operator.cache import ledger_node_fields, ledger_pod_fields
+
+    node = {
+        "metadata": {"name": "a", "labels": {"pool": "x"}, "annotations": {"big": "y" * 1000}},
+        "spec": {"taints": [{"key": "k", "value": "v", "effect": "NoSchedule"}]},
+        "status": {"allocatable": {"nvidia.com/gpu": "8"}, "images": ["z" * 1000]},
+    }
+    pod = {
+        "metadata": {"uid": "1", "name": "p", "labels": {"a": "b"}},
+        "spec": {
+            "nodeName": "a",
+            "containers": [{"image": "i", "resources": {"requests": {"nvidia.com/gpu": "2"}}}],
+        },
+        "status": {"phase": "Running", "conditions": [{"type": "Ready"}]},
+    }
+    full, slim = GpuLedger(), GpuLedger()
+    full.nodes_listed([node])
+    full.pods_listed([pod])
+    slim.nodes_listed([ledger_node_fields(node)])
+    slim.pods_listed([ledger_pod_fields(pod)])
+    toleration = [{"key": "k", "operator": "Exists"}]
+    assert (
+        slim.inventory("nvidia.com/gpu", {"pool": "x"}, toleration)
+        == full.inventory("nvidia.com/gpu", {"pool": "x"}, toleration)
+        == GpuInventory(allocatable=8, free=6, largest_free_on_one_node=6, nodes=1)
+    )
+    assert len(json.dumps(ledger_node_fields(node))) < 300

@@ -164,8 +164,8 @@ def test_scraper_writes_status_and_condition_then_nothing() -> None:
     scraper = Scraper(window_seconds=60, fetch=fetch, clock=lambda: clock[0])
     body = kube.get(API, "KimiK3Deployment", "k3", "llm")
     assert body is not None
-    assert scraper.tick(kube, body)  # first sample: idle, condition NoTraffic
-    assert condition(kube, "SpeculationEffective") == ("Unknown", "NoTraffic")
+    assert scraper.tick(kube, body)  # one sample, no window yet: still measuring
+    assert condition(kube, "SpeculationEffective") == ("Unknown", "MeasuringAcceptance")
     clock[0] = 60.0
     assert scraper.tick(kube, body)
     status = kube.get(API, "KimiK3Deployment", "k3", "llm")["status"]  # type: ignore[index]

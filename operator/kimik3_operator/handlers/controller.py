@@ -19,7 +19,13 @@ from typing import Any
 
 from kimik3_operator import metrics
 from kimik3_operator.api import constants as c
-from kimik3_operator.cache import CachedKube, GpuLedger, Store
+from kimik3_operator.cache import (
+    CachedKube,
+    GpuLedger,
+    Store,
+    ledger_node_fields,
+    ledger_pod_fields,
+)
 from kimik3_operator.config import Settings
 from kimik3_operator.handlers.locks import forget_lock
 from kimik3_operator.handlers.queue import WorkQueue
@@ -113,6 +119,7 @@ class Controller:
                     "/api/v1/nodes",
                     on_sync=ledger.nodes_listed,
                     on_event=self._gpu_change(ledger.node_event, nodes=True),
+                    transform=ledger_node_fields,
                     name="nodes (GPU ledger)",
                 )
             )
@@ -122,6 +129,7 @@ class Controller:
                     "/api/v1/pods",
                     on_sync=ledger.pods_listed,
                     on_event=self._gpu_change(ledger.pod_event),
+                    transform=ledger_pod_fields,
                     # Bound pods that still hold their resources.
                     field_selector="spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed",
                     name="pods (GPU ledger)",
@@ -208,10 +216,11 @@ class Controller:
         )
 
     def _gpu_change(
-        self, record: Callable[[str, Obj], None], nodes: bool = False
+        self, record: Callable[[str, Obj], bool], nodes: bool = False
     ) -> Callable[[str, Obj], None]:
         def on_event(event: str, obj: Obj) -> None:
-            record(event, obj)
+            if not record(event, obj):
+                return  # most pod events: nothing the inventory counts
             # Free GPUs moved: a deployment waiting for them may fit now.
             for namespace, name in self.store.keys(c.KIND):
                 body = self.store.get(c.KIND, namespace, name) or {}

@@ -40,6 +40,13 @@ def http_fetch(url: str) -> str:
 
 def effective_condition(acceptance: Acceptance, minimum: float, window_seconds: float) -> Condition:
     kind = ConditionType.SPECULATION_EFFECTIVE
+    if acceptance.rate is None and not acceptance.window_covered:
+        return Condition(
+            kind,
+            "Unknown",
+            Reason.MEASURING_ACCEPTANCE,
+            f"no drafts measured yet; the first {window_seconds:.0f}s window is still filling",
+        )
     if acceptance.rate is None:
         return Condition(
             kind,
