@@ -55,7 +55,7 @@ def wait(predicate: Callable[[], Any], timeout: float, step: float = 0.25) -> fl
         try:
             if predicate():
                 return time.monotonic() - start
-        except (KubeError, OSError):
+        except Exception:  # the API server away: connection refused, retries exhausted
             pass
         time.sleep(step)
     return float("nan")
@@ -70,18 +70,33 @@ def condition(api: ApiKube, ns: str, name: str, kind: str) -> dict[str, Any]:
     return {}
 
 
-def apiserver_process() -> tuple[int, list[str], dict[str, str], str]:
-    out = subprocess.run(
-        ["pgrep", "-f", "kube-apiserver"], capture_output=True, text=True, check=False
-    )
-    for pid in out.stdout.split():
-        cmdline = pathlib.Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        argv = [a.decode() for a in cmdline if a]
-        if argv and argv[0].endswith("kube-apiserver"):
-            environ = pathlib.Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+def control_plane() -> dict[str, tuple[int, list[str], dict[str, str], str]]:
+    """kwokctl's control-plane processes by binary name: pid, argv, environment, cwd."""
+    found = {}
+    bin_dir = str(RUN / "kwok" / "clusters" / "kimik3-e2e" / "bin")
+    for proc in pathlib.Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            argv = [a.decode() for a in (proc / "cmdline").read_bytes().split(b"\0") if a]
+            if not argv or not argv[0].startswith(bin_dir):
+                continue
+            environ = (proc / "environ").read_bytes().split(b"\0")
             env = dict(e.decode().split("=", 1) for e in environ if b"=" in e)
-            return int(pid), argv, env, os.readlink(f"/proc/{pid}/cwd")
-    raise RuntimeError("no kube-apiserver process")
+            found[pathlib.Path(argv[0]).name] = (
+                int(proc.name),
+                argv,
+                env,
+                os.readlink(proc / "cwd"),
+            )
+        except OSError:
+            continue
+    return found
+
+
+def restart(argv: list[str], env: dict[str, str], cwd: str) -> None:
+    with open(RUN / f"{pathlib.Path(argv[0]).name}-restarted.log", "ab") as log:
+        subprocess.Popen(argv, env=env, cwd=cwd, stdout=log, stderr=log, start_new_session=True)
 
 
 def outage(cluster: Cluster, api: ApiKube, seconds: float) -> None:
@@ -96,16 +111,21 @@ def outage(cluster: Cluster, api: ApiKube, seconds: float) -> None:
         wait(lambda: condition(api, ns, "k3", "Available").get("status") == "True", 120)
         assert operator.process is not None
         pid = operator.process.pid
-        apiserver, argv, env, cwd = apiserver_process()
-        os.kill(apiserver, signal.SIGTERM)
+        before = control_plane()
+        apiserver, argv, env, cwd = before["kube-apiserver"]
+        os.kill(apiserver, signal.SIGKILL)  # SIGTERM drains watches for minutes
         down = time.monotonic()
-        while pathlib.Path(f"/proc/{apiserver}").exists():
-            time.sleep(0.1)
-        time.sleep(max(0.0, seconds - (time.monotonic() - down)))
-        with open(RUN / "apiserver-restarted.log", "ab") as log:
-            subprocess.Popen(argv, env=env, cwd=cwd, stdout=log, stderr=log, start_new_session=True)
+        time.sleep(seconds)
+        restart(argv, env, cwd)
         back = wait(lambda: api.get(API, "KimiK3Deployment", "k3", ns) is not None, 120)
         print(f"API server stopped for {time.monotonic() - down - back:.0f}s; serving again")
+        # The controller manager and the scheduler exit when they lose the API server for
+        # long (their leases lapse); kwokctl does not restart them, so do it here.
+        after = control_plane()
+        for name, (_, other_argv, other_env, other_cwd) in before.items():
+            if name not in after:
+                restart(other_argv, other_env, other_cwd)
+                print(f"  restarted {name}, which exited while the API server was away")
         changed = time.monotonic()
         api.patch(API, "KimiK3Deployment", "k3", ns, {"spec": {"replicas": 2}})
         took = wait(
@@ -124,6 +144,8 @@ def outage(cluster: Cluster, api: ApiKube, seconds: float) -> None:
         )
     finally:
         operator.stop()
+        # Free its GPUs for the next scenario.
+        cluster.kubectl("delete", "namespace", ns, "--timeout=120s", check=False)
 
 
 def lws_stopped(cluster: Cluster, api: ApiKube) -> None:
@@ -356,6 +378,12 @@ def main() -> int:
         "apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "manifests/crd")
     )
     api = ApiKube.from_environment()
+    for ns in ("fault-outage", "fault-lws", "fault-specs"):  # what an earlier run left
+        cluster.kubectl("delete", "namespace", ns, "--ignore-not-found", "--wait=false")
+        subprocess.run(
+            [str(cluster.bin_dir / "kubectl"), "wait", "--for=delete", f"namespace/{ns}",
+             "--timeout=300s"], env=cluster.env, capture_output=True, check=False,
+        )  # fmt: skip
     try:
         if args.only in (None, "outage"):
             outage(cluster, api, args.outage)

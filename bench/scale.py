@@ -236,7 +236,8 @@ def children_report(api: ApiKube) -> dict[str, int]:
         ("Service", "v1"),
     ):
         per_owner = collections.Counter[str]()
-        for child in api.list(version, kind, NS):
+        managed = "app.kubernetes.io/managed-by=kimik3-operator"
+        for child in api.list(version, kind, NS, label_selector=managed):
             refs = child["metadata"].get("ownerReferences") or []
             uids = [r["uid"] for r in refs if r.get("kind") == "KimiK3Deployment"]
             if not uids or uids[0] not in owners:

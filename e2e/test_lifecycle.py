@@ -317,3 +317,27 @@ def test_a_node_deleted_under_a_running_group_is_named_then_the_group_recovers(
             },
         }
         cluster.apply(restored, "default")
+
+
+def test_a_deployment_and_its_namespace_delete_with_the_operator_stopped(
+    cluster: Cluster,
+    namespace: str,
+    operator: OperatorProcess,
+    wait_condition: Callable[..., dict[str, Any]],
+) -> None:
+    cluster.apply(kimi("k3", **SMALL), namespace)
+    body = wait_condition("k3", namespace, "Available", "True", "Available", timeout=120)
+    assert not body["metadata"].get("finalizers"), "no finalizer on a KimiK3Deployment"
+    operator.stop()
+    cluster.kubectl("delete", "kk3d", "k3", "-n", namespace, "--timeout=30s")
+    wait_for(
+        lambda: (
+            cluster.get("lws", "k3", namespace) is None
+            and cluster.get("service", "k3", namespace) is None
+        ),
+        60,
+        "garbage collection of the children",
+    )
+    cluster.apply(kimi("k4", **SMALL), namespace)
+    cluster.kubectl("delete", "namespace", namespace, "--timeout=60s")
+    assert cluster.get("namespace", namespace, "default") is None
