@@ -148,7 +148,18 @@ def outage(cluster: Cluster, api: ApiKube, seconds: float) -> None:
         cluster.kubectl("delete", "namespace", ns, "--timeout=120s", check=False)
 
 
+def up() -> None:
+    """e2e/cluster/up.sh: reuses what runs, starts the LWS manager when it does not."""
+    subprocess.run(
+        ["bash", str(ROOT / "e2e/cluster/up.sh")],
+        env={**os.environ, "PYTHON": sys.executable},
+        capture_output=True,
+        check=True,
+    )
+
+
 def lws_stopped(cluster: Cluster, api: ApiKube) -> None:
+    up()
     ns = create_test_namespace(cluster, "fault-lws")
     operator = OperatorProcess(cluster, ns, label="-lws")
     operator.start()
@@ -177,12 +188,7 @@ def lws_stopped(cluster: Cluster, api: ApiKube) -> None:
             f"group after {noticed:.1f}s: {message!r}"
         )
         time.sleep(max(0.0, 20 - (time.monotonic() - stopped)))
-        subprocess.run(
-            ["bash", str(ROOT / "e2e/cluster/up.sh")],
-            env={**os.environ, "PYTHON": sys.executable},
-            capture_output=True,
-            check=True,
-        )
+        up()
         restarted = time.monotonic()
         took = wait(lambda: condition(api, ns, "k3", "Available").get("status") == "True", 180)
         lws = api.list("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", ns)

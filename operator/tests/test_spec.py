@@ -79,3 +79,25 @@ def test_rollout_takes_percentages() -> None:
     spec = parse_spec({"rollout": {"maxUnavailable": "50%", "maxSurge": 1}})
     assert spec.rollout.max_unavailable == "50%"
     assert spec.rollout.max_surge == 1
+
+
+def test_a_rollout_value_that_is_neither_a_count_nor_a_percentage_is_refused() -> None:
+    import pytest
+
+    from kimik3_operator.api.spec import SpecError, parse_spec
+
+    with pytest.raises(SpecError, match=r"spec.rollout.maxUnavailable='x%'.*25%"):
+        parse_spec({"rollout": {"maxUnavailable": "x%"}})
+    with pytest.raises(SpecError, match=r"spec\.rollout\.maxSurge"):
+        parse_spec({"rollout": {"maxSurge": -1}})
+    assert parse_spec({"rollout": {"maxUnavailable": "25%"}}).rollout.max_unavailable == "25%"
+
+
+def test_a_control_character_that_cannot_reach_a_child_is_refused_with_its_field() -> None:
+    import pytest
+
+    from kimik3_operator.api.spec import SpecError, parse_spec
+
+    with pytest.raises(SpecError, match=r"spec.engine.env\[0\].value.*control character"):
+        parse_spec({"engine": {"env": [{"name": "A", "value": "x\x01y"}]}})
+    assert parse_spec({"engine": {"env": [{"name": "A", "value": "tab\there"}]}})

@@ -8,7 +8,32 @@ preflight's, so they carry a finding and a stable reason.
 
 from __future__ import annotations
 
-from kimik3_operator.api.spec import KimiK3DeploymentSpec, SpecError
+import dataclasses
+import re
+from collections.abc import Iterator
+from typing import Any
+
+from kimik3_operator.api.spec import KimiK3DeploymentSpec, SpecError, json_name
+
+PERCENT = re.compile(r"^[0-9]+%$")
+# Control characters (tab and newline aside) cannot travel into the children: the API
+# server's apply decoder refuses them, so the spec is refused here, with its field.
+CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\ufffe\uffff]")
+
+
+def _strings(value: Any, path: str) -> Iterator[tuple[str, str]]:
+    if isinstance(value, str):
+        yield path, value
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        for f in dataclasses.fields(value):
+            yield from _strings(getattr(value, f.name), f"{path}.{json_name(f)}")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from _strings(key, f"{path}[key]")
+            yield from _strings(item, f"{path}.{key}")
+    elif isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            yield from _strings(item, f"{path}[{index}]")
 
 
 def errors(spec: KimiK3DeploymentSpec) -> list[SpecError]:
@@ -63,6 +88,26 @@ def errors(spec: KimiK3DeploymentSpec) -> list[SpecError]:
                 "set claimName to the PersistentVolumeClaim holding the weights",
             )
         )
+    rollout: tuple[tuple[str, int | str], ...] = (
+        ("maxSurge", spec.rollout.max_surge),
+        ("maxUnavailable", spec.rollout.max_unavailable),
+    )
+    for name, amount in rollout:
+        if isinstance(amount, str) and not PERCENT.match(amount):
+            found.append(
+                SpecError(
+                    f"spec.rollout.{name}",
+                    amount,
+                    "must be a number of groups or a percentage",
+                    'write it as 1 or "25%"',
+                )
+            )
+        elif isinstance(amount, int) and amount < 0:
+            found.append(SpecError(f"spec.rollout.{name}", amount, "must not be negative"))
+    for path, text in _strings(spec, "spec"):
+        if CONTROL.search(text):
+            found.append(SpecError(path, text[:80], "contains a control character", "remove it"))
+            break
     return found
 
 
