@@ -142,3 +142,21 @@ def test_the_rules_are_read_from_the_source_as_written() -> None:
         },
     }
     assert dspark_rule("x = 1") == {"keepsAll": True}
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_the_table_says_per_platform_which_method_loads_the_k3_drafters(release: str) -> None:
+    table = TABLE.data["releases"][release]["drafterAcceptance"]
+    # The K3 DSpark drafter loads under dspark on NVIDIA only (its class is NVIDIA-only).
+    assert table["nvidia"]["dspark"]["K3DSparkModel"]["loadable"] is True
+    assert table["amd"]["dspark"]["K3DSparkModel"]["loadable"] is False
+    for platform in ("nvidia", "amd"):
+        assert table[platform]["eagle3"]["K3DSparkModel"] == {
+            "becomes": "Eagle3K3DSparkModel",
+            "loadable": False,
+        }
+        # mtp drafts from the target's own MTP layers on both platforms.
+        assert table[platform]["mtp"]["KimiLinearForCausalLM"] == {
+            "becomes": "KimiK3MTPModel",
+            "loadable": True,
+        }

@@ -105,6 +105,34 @@ def methods_that_load(
     return found
 
 
+# The Kimi-K3 drafters the table spells out per platform: the DSpark drafter, and the
+# target itself (what mtp drafts from).
+TRACKED_DRAFTERS = (("K3DSparkModel", "k3_dspark"), ("KimiLinearForCausalLM", "kimi_k3"))
+
+
+def acceptance_by_platform(release: Mapping[str, Any]) -> dict[str, Any]:
+    """Per platform, method and tracked drafter: what vLLM loads and whether it can, where a
+    Kimi-K3 drafter class is implemented only on some platforms."""
+    drafters = release.get("drafters") or {}
+    table: dict[str, Any] = {}
+    for platform in ("nvidia", "amd"):
+        per_method: dict[str, Any] = {}
+        for method in sorted(release.get("speculativeMethods") or {}):
+            answers = {}
+            for architecture, model_type in TRACKED_DRAFTERS:
+                verdict = judge(release, method, architecture, model_type)
+                if verdict is None:
+                    continue
+                where = (drafters.get(verdict.becomes) or {}).get("platforms")
+                answers[architecture] = {
+                    "becomes": verdict.becomes,
+                    "loadable": verdict.loadable and (where is None or platform in where),
+                }
+            per_method[method] = answers
+        table[platform] = per_method
+    return table
+
+
 # --- the generator's side: reading the rules from a wheel's source ----------------------
 
 

@@ -22,6 +22,7 @@ from collections.abc import Iterable
 from typing import Any, Final
 
 from kimik3_operator.preflight.drafter_methods import (
+    acceptance_by_platform,
     extract_methods,
     speculative_architectures,
 )
@@ -215,7 +216,7 @@ def release_capabilities(wheel: Wheel) -> dict[str, Any]:
     speculative = wheel.read("vllm/config/speculative.py") or ""
     eagle3_utils = wheel.read("vllm/v1/worker/gpu/spec_decode/eagle/eagle3_utils.py") or ""
     eagle_config = wheel.read("vllm/transformers_utils/configs/eagle.py") or ""
-    return {
+    release: dict[str, Any] = {
         "wheel": wheel.path.name,
         "sha256": wheel.sha256(),
         "architectures": architectures,
@@ -229,6 +230,8 @@ def release_capabilities(wheel: Wheel) -> dict[str, Any]:
         "speculativeMethods": extract_methods(eagle_config, speculative),
         "speculativeArchitectures": speculative_architectures(registry),
     }
+    release["drafterAcceptance"] = acceptance_by_platform(release)
+    return release
 
 
 def download(version: str, directory: pathlib.Path) -> pathlib.Path:
