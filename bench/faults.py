@@ -70,6 +70,19 @@ def condition(api: ApiKube, ns: str, name: str, kind: str) -> dict[str, Any]:
     return {}
 
 
+def deploy_available(api: ApiKube, ns: str) -> None:
+    """One small deployment, k3, waited on until Available."""
+    api.create(
+        {
+            "apiVersion": API,
+            "kind": "KimiK3Deployment",
+            "metadata": {"name": "k3", "namespace": ns},
+            "spec": SMALL,
+        }
+    )
+    wait(lambda: condition(api, ns, "k3", "Available").get("status") == "True", 120)
+
+
 def control_plane() -> dict[str, tuple[int, list[str], dict[str, str], str]]:
     """kwokctl's control-plane processes by binary name: pid, argv, environment, cwd."""
     found = {}
@@ -104,11 +117,7 @@ def outage(cluster: Cluster, api: ApiKube, seconds: float) -> None:
     operator = OperatorProcess(cluster, ns, label="-outage")
     operator.start()
     try:
-        api.create(
-            {"apiVersion": API, "kind": "KimiK3Deployment", "metadata": {"name": "k3",
-             "namespace": ns}, "spec": SMALL}
-        )  # fmt: skip
-        wait(lambda: condition(api, ns, "k3", "Available").get("status") == "True", 120)
+        deploy_available(api, ns)
         assert operator.process is not None
         pid = operator.process.pid
         before = control_plane()
@@ -165,11 +174,7 @@ def lws_stopped(cluster: Cluster, api: ApiKube) -> None:
     operator.start()
     pid_file = RUN / "lws.pid"
     try:
-        api.create(
-            {"apiVersion": API, "kind": "KimiK3Deployment", "metadata": {"name": "k3",
-             "namespace": ns}, "spec": SMALL}
-        )  # fmt: skip
-        wait(lambda: condition(api, ns, "k3", "Available").get("status") == "True", 120)
+        deploy_available(api, ns)
         os.kill(int(pid_file.read_text()), signal.SIGKILL)
         pid_file.unlink()
         stopped = time.monotonic()

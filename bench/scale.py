@@ -404,7 +404,6 @@ def main() -> int:
         while operator.reconciles() < len(names):
             time.sleep(0.1)
         steady = now() - restarted
-        counts_after, _ = audit_counts(offset)
         print(
             f"restart (kill -9, start) to every resource reconciled from fresh caches: "
             f"{steady:.1f}s"
@@ -448,16 +447,13 @@ def main() -> int:
         thread.start()
         thread.join()
         print(f"{kills[0]} kill -9 of the operator during the changes")
-        last_kill = now()
         took = wait_available(admin, len(names), 900)
         time.sleep(20)  # garbage collection of the deleted deployments' children
         print(
             f"every resource Available {took:.0f}s after the last kill; children after "
             f"garbage collection: {children_report(admin)}"
         )
-        del last_kill
         print(f"operator peak RSS over the run {peak[0]:.0f} MiB")
-        del counts_after
         crashes = (RUN / "bench-operator.log").read_text(errors="replace").count("Traceback")
         print(f"tracebacks in the operator's log over the run: {crashes}")
     finally:

@@ -96,10 +96,6 @@ class Store:
         with self._lock:
             return [(ns, name) for (k, ns, name) in self._objects if k == kind]
 
-    def __len__(self) -> int:
-        with self._lock:
-            return len(self._objects)
-
 
 def _newer(held: Mapping[str, Any], incoming: Mapping[str, Any]) -> bool:
     """Whether ``held`` is a later version of the same object than ``incoming``.
@@ -284,10 +280,6 @@ class GpuLedger:
                 free += left
                 largest = max(largest, left)
         return GpuInventory(allocatable, free, largest, count)
-
-    def sizes(self) -> tuple[int, int]:
-        with self._lock:
-            return len(self._nodes), len(self._pods)
 
 
 class CachedKube:

@@ -45,8 +45,6 @@ class Informer:
     # Applied to every object as it arrives, before a page of a list is kept.
     transform: Callable[[Obj], Obj] | None = None
     synced: threading.Event = field(default_factory=threading.Event)
-    lists: int = 0
-    errors: int = 0
     _stop: threading.Event = field(default_factory=threading.Event)
     _wake: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
@@ -143,7 +141,6 @@ class Informer:
             try:
                 if not version:
                     items, version = self._list()
-                    self.lists += 1
                     self.on_sync(items)
                     self.synced.set()
                 for kind, obj in self._watch(version):
@@ -165,7 +162,6 @@ class Informer:
                 if self._pause(30.0):
                     return
             except Exception as exc:  # the API server restarting, a broken stream, a bad callback
-                self.errors += 1
                 log.info("informer %s: %s; retrying in %.1fs", self.name or self.path, exc, backoff)
                 if self._pause(backoff):
                     return

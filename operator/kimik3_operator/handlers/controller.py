@@ -85,9 +85,7 @@ class Controller:
     queue: WorkQueue[Key] = field(default_factory=WorkQueue)
     active: threading.Event = field(default_factory=threading.Event)
     informers: list[Informer] = field(default_factory=list)
-    reconcile_fn: Callable[..., Any] = reconcile
     _stop: threading.Event = field(default_factory=threading.Event)
-    _threads: list[threading.Thread] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.kube = CachedKube(self.api, self.store, background_events=True)
@@ -188,29 +186,20 @@ class Controller:
                 informer.wake()
             self.enqueue_all()
 
-        def on_sync(items: list[Obj]) -> None:
+        def record(found: Obj | None) -> None:
             had = self.store.get(kind, None, crd) is not None
-            if items:
-                self.store.upsert(kind, items[0])
-            else:
-                self.store.remove(kind, None, crd)
-            if had != bool(items):
-                changed()
-
-        def on_event(event: str, obj: Obj) -> None:
-            had = self.store.get(kind, None, crd) is not None
-            if event == "DELETED":
+            if found is None:
                 self.store.remove(kind, None, crd)
             else:
-                self.store.upsert(kind, obj)
-            if had != (event != "DELETED"):
+                self.store.upsert(kind, found)
+            if had != (found is not None):
                 changed()
 
         return Informer(
             self.api_client,
             "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
-            on_sync=on_sync,
-            on_event=on_event,
+            on_sync=lambda items: record(items[0] if items else None),
+            on_event=lambda event, obj: record(None if event == "DELETED" else obj),
             field_selector=f"metadata.name={crd}",
             name=f"crd {crd}",
         )
@@ -264,7 +253,7 @@ class Controller:
         namespace, name = key
         body = {"metadata": {"namespace": namespace, "name": name}}
         try:
-            self.reconcile_fn(self.kube, body, nodes=self.ledger)
+            reconcile(self.kube, body, nodes=self.ledger)
         except KubeError as exc:
             log.warning("reconcile of %s/%s: %s; retrying", namespace, name, exc)
             self.queue.add(key, delay=self.settings.retry_seconds)
@@ -327,9 +316,7 @@ class Controller:
         self.enqueue_all()
 
     def _spawn(self, target: Callable[[], None], name: str) -> None:
-        thread = threading.Thread(target=target, name=name, daemon=True)
-        thread.start()
-        self._threads.append(thread)
+        threading.Thread(target=target, name=name, daemon=True).start()
 
     def set_active(self, active: bool) -> None:
         if active and not self.active.is_set():

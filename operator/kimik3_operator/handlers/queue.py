@@ -27,12 +27,10 @@ class WorkQueue(Generic[K]):
         self._counter = 0
         self._closed = False
         self._cond = threading.Condition()
-        self.added = 0
         self.coalesced = 0
 
     def add(self, key: K, delay: float | None = None) -> None:
         with self._cond:
-            self.added += 1
             if key in self._active:
                 # Once more after this run, at the soonest delay asked for meanwhile.
                 wanted = self.delay if delay is None else delay

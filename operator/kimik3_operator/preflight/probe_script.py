@@ -170,8 +170,7 @@ def config_dir(location: dict[str, Any]) -> pathlib.Path | None:
     return pathlib.Path(path).parent
 
 
-def read_config(location: dict[str, Any]) -> dict[str, Any] | None:
-    directory = config_dir(location)
+def read_config(directory: pathlib.Path | None) -> dict[str, Any] | None:
     if directory is None:
         return None
     return dict(json.loads((directory / "config.json").read_text()))
@@ -191,7 +190,9 @@ def _short(error: BaseException) -> str:
     return text.split(" Supported architectures:", maxsplit=1)[0][:600]
 
 
-def check_speculative(request: dict[str, Any]) -> dict[str, Any]:
+def check_speculative(
+    request: dict[str, Any], target_dir: pathlib.Path | None, drafter_dir: pathlib.Path | None
+) -> dict[str, Any]:
     """Builds vLLM's SpeculativeConfig for the rendered spec from the configs alone (no
     weights): the same renaming and validation the serving pods would run at start."""
     config = request.get("speculativeConfig")
@@ -201,8 +202,6 @@ def check_speculative(request: dict[str, Any]) -> dict[str, Any]:
         _as_cuda()
         from vllm.config import ModelConfig, ParallelConfig, SpeculativeConfig
 
-        target_dir = config_dir(request.get("target") or {})
-        drafter_dir = config_dir(request.get("drafter") or {})
         target = ModelConfig(model=str(target_dir), skip_tokenizer_init=True)
         parallel = ParallelConfig(
             tensor_parallel_size=int(request.get("tensorParallel", 1)),
@@ -291,12 +290,16 @@ def probe(request: dict[str, Any]) -> dict[str, Any]:
     report["checksAuxHiddenStatesOverPP"] = AUX_PP_CHECK in _text(
         root, "vllm/v1/worker/gpu/spec_decode/eagle/eagle3_utils.py"
     )
+    # Each config.json is fetched once, for the report and for vLLM's own checks.
+    dirs: dict[str, pathlib.Path | None] = {}
     for key, keys in (("target", TARGET_CONFIG_KEYS), ("drafter", DRAFTER_CONFIG_KEYS)):
         try:
-            report[f"{key}Config"] = _subset(read_config(request.get(key) or {}), keys)
+            dirs[key] = config_dir(request.get(key) or {})
+            report[f"{key}Config"] = _subset(read_config(dirs[key]), keys)
         except Exception as exc:  # a missing config is reported, not fatal
+            dirs[key] = None
             report["errors"].append(f"{key} config.json: {type(exc).__name__}: {exc}"[:300])
-    report["speculative"] = check_speculative(request)
+    report["speculative"] = check_speculative(request, dirs["target"], dirs["drafter"])
     report["serve"] = check_serve(request.get("serve") or {})
     return report
 

@@ -18,7 +18,11 @@ def main() -> None:
     cases = json.load(sys.stdin)
     out = {
         name: {
-            "speculative": probe_script.check_speculative(request),
+            "speculative": probe_script.check_speculative(
+                request,
+                probe_script.config_dir(request.get("target") or {}),
+                probe_script.config_dir(request.get("drafter") or {}),
+            ),
             "serve": probe_script.check_serve(request.get("serve") or {}),
         }
         for name, request in cases.items()
