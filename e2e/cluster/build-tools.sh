@@ -7,7 +7,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source "$here/paths.sh"
 stamp="$bin/.complete"
 
-if [[ -f "$stamp" && -f "$manifests/.complete" ]]; then
+if [[ -f "$stamp" && -x "$bin/kubelet" && -f "$manifests/.complete" ]]; then
   echo "cluster tools up to date in $bin" >&2
   echo "$bin"
   exit 0
@@ -39,6 +39,8 @@ build_k8s kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver
 build_k8s kube-controller-manager k8s.io/kubernetes/cmd/kube-controller-manager
 build_k8s kube-scheduler k8s.io/kubernetes/cmd/kube-scheduler
 build_k8s kubectl k8s.io/kubernetes/cmd/kubectl
+# The one real node (e2e/runtime/node-up.sh) runs this kubelet beside the KWOK nodes.
+build_k8s kubelet k8s.io/kubernetes/cmd/kubelet
 
 install_tool() {
   local name="$1" spec="$2" ldflags="${3:--s -w}"

@@ -5,6 +5,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source "$here/paths.sh"
 run="$run_dir"
 export KWOK_WORKDIR="$run/kwok"
+bash "$cluster_dir/../runtime/node-down.sh"
 for pidfile in "$run"/*.pid; do
   [[ -f "$pidfile" ]] || continue
   pid="$(cat "$pidfile")"

@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# Builds the test cluster's images without a registry and loads them into the real node's
+# containerd: `images.sh pause|operator|hub ...`. Each is built by buildah from local inputs
+# only (the pause program, a Debian root filesystem from mmdebstrap standing in for the
+# official Python base, the operator's Dockerfile) and cached as an archive keyed by a hash
+# of its inputs, so a warm run only imports. Prints one line per image with its timings.
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+source "$here/../cluster/paths.sh"
+source "$here/runtime.env"
+sock="$run_dir/node/containerd.sock"
+archives="$cache_root/images"
+mkdir -p "$archives"
+
+inputs_key() { cat "$@" | sha256sum | cut -c1-16; }
+
+# The operator image's key: every file its build context copies, and the base's recipe.
+tree_key() {
+  (cd "$root" && find "$@" -type f -not -path '*/__pycache__/*' -not -path '*/tests/*' | sort \
+    | xargs sha256sum; sha256sum "$here/base-rootfs.sh") | sha256sum | cut -c1-16
+}
+
+loaded() { ctr --address "$sock" -n k8s.io images ls -q 2>/dev/null | grep -qx "$1"; }
+
+load() {
+  local ref="$1" archive="$2" t0
+  t0=$(date +%s%N)
+  loaded "$ref" || ctr --address "$sock" -n k8s.io images import --no-unpack "$archive" >/dev/null
+  echo "$ref: loaded in $(( ($(date +%s%N) - t0) / 1000000 )) ms"
+}
+
+python_base() {
+  local rootfs
+  rootfs="$(bash "$here/base-rootfs.sh")"
+  if ! buildah inspect --type image "$PYTHON_BASE" >/dev/null 2>&1; then
+    local c
+    c=$(buildah from scratch)
+    buildah add "$c" "$rootfs" / >/dev/null
+    buildah config --env PATH=/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+      --env LANG=C.UTF-8 --env PIP_NO_CACHE_DIR=1 --cmd python3 "$c"
+    buildah commit --rm -q "$c" "$PYTHON_BASE" >/dev/null
+  fi
+}
+
+build() {
+  local name="$1" ref="$2" key="$3" archive t0
+  archive="$archives/$name-$key.tar"
+  t0=$(date +%s)
+  if [[ ! -s "$archive" ]]; then
+    "build_$name" "$ref"
+    rm -f "$archive.tmp"
+    buildah push -q "$ref" "docker-archive:$archive.tmp:$ref" >/dev/null
+    mv "$archive.tmp" "$archive"
+    echo "$ref: built in $(( $(date +%s) - t0 ))s" >&2
+  fi
+  load "$ref" "$archive"
+}
+
+build_pause() {
+  local out c
+  out="$(mktemp -d)"
+  (cd "$here/pause" && CGO_ENABLED=0 GOTOOLCHAIN=local go build -trimpath -ldflags "-s -w" -o "$out/pause" .)
+  c=$(buildah from scratch)
+  buildah copy "$c" "$out/pause" /pause >/dev/null
+  buildah config --entrypoint '["/pause"]' --user 65535:65535 "$c"
+  buildah commit --rm -q "$c" "$1" >/dev/null
+  rm -rf "$out"
+}
+
+build_operator() {
+  python_base
+  buildah bud -q --pull-never --isolation chroot --network host --layers=false \
+    -f "$root/images/operator/Dockerfile" -t "$1" "$root" >/dev/null
+}
+
+build_hub() {
+  python_base
+  local c
+  c=$(buildah from --pull-never "$PYTHON_BASE")
+  buildah run --isolation chroot --network host "$c" -- \
+    pip install -q --no-cache-dir "huggingface_hub==$HUGGINGFACE_HUB_VERSION" >/dev/null
+  buildah commit --rm -q "$c" "$1" >/dev/null
+}
+
+for image in "$@"; do
+  case "$image" in
+    pause) build pause "$PAUSE_IMAGE" "$(inputs_key "$here/pause/main.go" "$here/pause/go.mod")" ;;
+    operator)
+      build operator "$OPERATOR_IMAGE" "$(tree_key images/operator pyproject.toml README.md operator/kimik3_operator)"
+      ;;
+    hub) build hub "$HUB_IMAGE" "$(echo "$HUGGINGFACE_HUB_VERSION" | inputs_key - "$here/base-rootfs.sh")" ;;
+    *) echo "unknown image $image" >&2; exit 2 ;;
+  esac
+done
