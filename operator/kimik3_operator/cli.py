@@ -14,6 +14,7 @@ import yaml
 from kimik3_operator.api import constants as c
 from kimik3_operator.api.spec import SpecError, parse_spec
 from kimik3_operator.builders.children import build_children
+from kimik3_operator.builders.model_cache import build_cache_claim, build_download_job
 from kimik3_operator.builders.common import Owner
 
 
@@ -39,7 +40,12 @@ def render(resource: dict[str, Any]) -> list[dict[str, Any]]:
         meta.get("uid", "00000000-0000-0000-0000-000000000000"),
     )
     spec = parse_spec(resource.get("spec"))
-    return build_children(spec, owner)
+    cache: list[dict[str, Any]] = []
+    if spec.model.cache is not None:
+        claim = build_cache_claim(spec, owner)
+        cache = [*([claim] if claim else []), build_download_job(spec, owner)]
+    # The cache's claim and Job first: the operator holds the rest until the cache is Ready.
+    return cache + build_children(spec, owner)
 
 
 def _cmd_render(args: argparse.Namespace) -> int:

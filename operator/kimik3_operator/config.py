@@ -24,6 +24,8 @@ class Settings:
     # Where pods have no network (the end-to-end tests), read every leader's metrics here;
     # {pod} and {namespace} are filled in.
     scrape_url: str = ""
+    # Likewise for the download Job's /progress.
+    download_progress_url: str = ""
     # Read Nodes and GPU pods cluster-wide to say how many GPUs are free (chart: gpuInventory).
     gpu_inventory: bool = True
     workers: int = 8  # reconciles that may run at once (one per resource at a time)
@@ -48,6 +50,9 @@ class Settings:
                 env.get("KIMIK3_ACCEPTANCE_WINDOW_SECONDS", cls.acceptance_window_seconds)
             ),
             scrape_url=env.get("KIMIK3_SCRAPE_URL", cls.scrape_url),
+            download_progress_url=env.get(
+                "KIMIK3_DOWNLOAD_PROGRESS_URL", cls.download_progress_url
+            ),
             gpu_inventory=_flag(env.get("KIMIK3_GPU_INVENTORY"), cls.gpu_inventory),
             workers=int(env.get("KIMIK3_WORKERS", cls.workers)),
             coalesce_seconds=float(env.get("KIMIK3_COALESCE_SECONDS", cls.coalesce_seconds)),

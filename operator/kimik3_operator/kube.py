@@ -25,6 +25,7 @@ PLURALS = {
     "Namespace": "namespaces",
     "Event": "events",
     "ConfigMap": "configmaps",
+    "PersistentVolumeClaim": "persistentvolumeclaims",
     "Job": "jobs",
     "LeaderWorkerSet": "leaderworkersets",
     "PodMonitor": "podmonitors",

@@ -16,6 +16,42 @@ def bar(value: float, width: int = BAR_WIDTH) -> str:
     return ("█" * whole + partial).ljust(width)
 
 
+def _duration(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
+
+
+def _startup_lines(status: Mapping[str, Any]) -> list[str]:
+    """The start-up phase, and the model cache's progress as a bar."""
+    lines: list[str] = []
+    startup: Mapping[str, Any] = status.get("startup") or {}
+    if startup:
+        slowest = f" (slowest pod {startup['slowestPod']})" if startup.get("slowestPod") else ""
+        lines += ["", f"Start-up: {startup.get('phase')}{slowest}: {startup.get('message', '')}"]
+    cache: Mapping[str, Any] = status.get("modelCache") or {}
+    if not cache:
+        return lines
+    lines.append(f"Model cache: {cache.get('phase')} in {cache.get('claimName')}")
+    total = int(cache.get("bytesTotal") or 0)
+    verifying = cache.get("phase") == "Verifying"
+    done = int(cache.get("verifiedBytes" if verifying else "bytesDone") or 0)
+    if total:
+        rate = cache.get("bytesPerSecond")
+        eta = cache.get("etaSeconds")
+        tail = f"  {int(rate) / 1e6:.0f} MB/s" if rate else ""
+        tail += (
+            f"  about {_duration(eta)} left"
+            if eta is not None and cache.get("phase") != "Ready"
+            else ""
+        )
+        lines.append(
+            f"  {bar(done / total)} {done / total:6.1%}  {done / 1e9:.1f} of {total / 1e9:.1f} GB"
+            f"{' verified' if verifying else ''}{tail}"
+        )
+    return lines
+
+
 def render_status(body: Mapping[str, Any]) -> str:
     meta = body.get("metadata", {})
     status: Mapping[str, Any] = body.get("status") or {}
@@ -34,6 +70,7 @@ def render_status(body: Mapping[str, Any]) -> str:
             f"  {c.get('type', ''):<{width}}  {c.get('status', ''):<7} "
             f"{c.get('reason', '')}: {c.get('message', '')}"
         )
+    lines += _startup_lines(status)
     speculative: Mapping[str, Any] = status.get("speculative") or {}
     lines += [
         "",

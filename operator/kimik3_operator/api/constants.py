@@ -13,6 +13,7 @@ PLURAL: Final = "kimik3deployments"
 FIELD_MANAGER: Final = "kimik3-operator"
 SPEC_HASH_ANNOTATION: Final = f"{GROUP}/spec-hash"
 PROBE_KEY_LABEL: Final = f"{GROUP}/probe-key"
+CACHE_KEY_LABEL: Final = f"{GROUP}/cache-key"
 OPERATOR_NAME: Final = "kimik3-operator"
 # Releases before 0.2 ran kopf timers, which made kopf put this finalizer on every resource.
 LEGACY_KOPF_FINALIZER: Final = "kopf.zalando.org/KopfFinalizerMarker"
@@ -39,6 +40,8 @@ COMPONENT_LEADER: Final = "leader"
 COMPONENT_WORKER: Final = "worker"
 COMPONENT_PREFLIGHT: Final = "preflight"
 COMPONENT_SERVING: Final = "serving"
+COMPONENT_DOWNLOAD: Final = "download"
+COMPONENT_MODEL_CACHE: Final = "model-cache"
 
 
 class ConditionType:
@@ -48,6 +51,7 @@ class ConditionType:
     AVAILABLE: Final = "Available"
     DEGRADED: Final = "Degraded"
     SPECULATION_EFFECTIVE: Final = "SpeculationEffective"
+    MODEL_CACHED: Final = "ModelCached"
 
 
 class Reason:
@@ -121,6 +125,13 @@ class Reason:
     SERVE_FLAG_UNKNOWN: Final = "ServeFlagUnknown"
     SERVE_ARGS_REFUSED: Final = "ServeArgsRefused"
     SERVE_ARGS_ACCEPTED: Final = "ServeArgsAccepted"
+    # ModelCached, and Progressing while the weights are not there yet
+    CACHE_READY: Final = "CacheReady"
+    WAITING_FOR_VOLUME: Final = "WaitingForVolume"
+    DOWNLOADING: Final = "Downloading"
+    VERIFYING: Final = "Verifying"
+    DOWNLOAD_FAILED: Final = "DownloadFailed"
+    WAITING_FOR_MODEL_CACHE: Final = "WaitingForModelCache"
     # SpeculationEffective
     ACCEPTANCE_ABOVE_MINIMUM: Final = "AcceptanceAboveMinimum"
     ACCEPTANCE_BELOW_MINIMUM: Final = "AcceptanceBelowMinimum"

@@ -25,6 +25,7 @@ PreflightMode = Literal["Enforce", "Warn", "Disabled"]
 ServiceType = Literal["ClusterIP", "NodePort", "LoadBalancer"]
 SampleMethod = Literal["greedy", "probabilistic"]
 RejectionSampleMethod = Literal["standard", "synthetic", "block"]
+CacheAccessMode = Literal["ReadWriteMany", "ReadOnlyMany"]
 
 TEXT_ONLY_ARCHITECTURE: Architecture = "KimiLinearForCausalLM"
 MULTIMODAL_ARCHITECTURES: tuple[Architecture, ...] = (
@@ -72,6 +73,17 @@ class ModelSource:
 
 
 @dataclass(frozen=True)
+class ModelCacheSpec:
+    """One volume that holds the weights for every pod: filled once by a download Job
+    (ReadWriteMany) or, pre-filled by the user, only verified (ReadOnlyMany)."""
+
+    claim_name: str = ""  # empty: the operator creates <name>-model-cache
+    size: str = "2Ti"
+    storage_class_name: str = ""
+    access_mode: CacheAccessMode = "ReadWriteMany"
+
+
+@dataclass(frozen=True)
 class ModelSpec:
     repo: str = "moonshotai/Kimi-K3"
     revision: str = "main"
@@ -79,6 +91,7 @@ class ModelSpec:
     served_name: str = ""
     source: ModelSource = field(default_factory=lambda: ModelSource(HuggingFaceSource()))
     hf_token_secret_ref: SecretKeyRef | None = None
+    cache: ModelCacheSpec | None = None
 
     @property
     def multimodal(self) -> bool:
@@ -117,6 +130,14 @@ class ParallelismSpec:
 
 
 @dataclass(frozen=True)
+class JobPlacementSpec:
+    """Where the CPU-only Jobs (the image probe, the weight download) run."""
+
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    tolerations: tuple[Mapping[str, Any], ...] = ()
+
+
+@dataclass(frozen=True)
 class PlacementSpec:
     gpus_per_node: int = 8
     gpu_resource: str = "nvidia.com/gpu"
@@ -125,6 +146,7 @@ class PlacementSpec:
     topology_key: str = ""
     scheduler_name: str = ""
     priority_class_name: str = ""
+    jobs: JobPlacementSpec = field(default_factory=JobPlacementSpec)
 
 
 @dataclass(frozen=True)

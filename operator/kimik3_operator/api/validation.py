@@ -88,6 +88,7 @@ def errors(spec: KimiK3DeploymentSpec) -> list[SpecError]:
                 "set claimName to the PersistentVolumeClaim holding the weights",
             )
         )
+    found += _cache_errors(spec)
     rollout: tuple[tuple[str, int | str], ...] = (
         ("maxSurge", spec.rollout.max_surge),
         ("maxUnavailable", spec.rollout.max_unavailable),
@@ -108,6 +109,44 @@ def errors(spec: KimiK3DeploymentSpec) -> list[SpecError]:
         if CONTROL.search(text):
             found.append(SpecError(path, text[:80], "contains a control character", "remove it"))
             break
+    return found
+
+
+QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$")
+
+
+def _cache_errors(spec: KimiK3DeploymentSpec) -> list[SpecError]:
+    cache = spec.model.cache
+    if cache is None:
+        return []
+    found: list[SpecError] = []
+    if spec.model.source.pvc is not None:
+        found.append(
+            SpecError(
+                "spec.model.cache",
+                "set with model.source.pvc",
+                "a PVC source is already a volume of weights",
+                "remove model.cache, or use model.source.huggingFace with the cache",
+            )
+        )
+    if cache.access_mode == "ReadOnlyMany" and not cache.claim_name:
+        found.append(
+            SpecError(
+                "spec.model.cache.accessMode",
+                cache.access_mode,
+                "a read-only cache must be a volume you filled",
+                "name it in model.cache.claimName, or use ReadWriteMany for the operator's own",
+            )
+        )
+    if not QUANTITY.match(cache.size):
+        found.append(
+            SpecError(
+                "spec.model.cache.size",
+                cache.size,
+                "is not a storage quantity",
+                'write it as 2Ti or "1800Gi"',
+            )
+        )
     return found
 
 

@@ -14,11 +14,15 @@ from kimik3_operator.preflight.pairing import resolve_drafter
 
 
 def build_children(
-    spec: KimiK3DeploymentSpec, owner: Owner, *, pod_monitor_available: bool = True
+    spec: KimiK3DeploymentSpec,
+    owner: Owner,
+    *,
+    pod_monitor_available: bool = True,
+    weight_bytes: int | None = None,
 ) -> list[dict[str, Any]]:
     drafter = resolve_drafter(spec)
     children = [
-        build_leader_worker_set(spec, owner, drafter),
+        build_leader_worker_set(spec, owner, drafter, weight_bytes),
         build_service(spec, owner),
     ]
     if wants_pod_monitor(spec) and pod_monitor_available:

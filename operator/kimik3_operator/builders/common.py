@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kimik3_operator.api import constants as c
+from kimik3_operator.api.spec import KimiK3DeploymentSpec
 
 
 @dataclass(frozen=True)
@@ -58,3 +59,15 @@ def with_spec_hash(manifest: dict[str, Any]) -> dict[str, Any]:
     meta = manifest.setdefault("metadata", {})
     meta.setdefault("annotations", {})[c.SPEC_HASH_ANNOTATION] = digest
     return manifest
+
+
+def job_placement(spec: KimiK3DeploymentSpec) -> dict[str, Any]:
+    """Where the CPU-only Jobs (the image probe, the weight download) run: no GPU request,
+    no GPU node selector; spec.placement.jobs when set."""
+    jobs = spec.placement.jobs
+    placement: dict[str, Any] = {}
+    if jobs.node_selector:
+        placement["nodeSelector"] = dict(jobs.node_selector)
+    if jobs.tolerations:
+        placement["tolerations"] = [dict(t) for t in jobs.tolerations]
+    return placement

@@ -10,6 +10,7 @@ from kimik3_operator.api.spec import KimiK3DeploymentSpec
 from kimik3_operator.builders.command import MODEL_MOUNT, Role, serve_args
 from kimik3_operator.builders.common import Owner, labels, metadata
 from kimik3_operator.builders.health_probes import leader_probes
+from kimik3_operator.builders.model_cache import CACHE_MOUNT, HUB_CACHE, cache_claim_name
 from kimik3_operator.preflight.pairing import ResolvedDrafter
 
 CONTAINER_NAME = "vllm"
@@ -18,10 +19,14 @@ HF_HOME = "/cache/huggingface"
 
 
 def build_leader_worker_set(
-    spec: KimiK3DeploymentSpec, owner: Owner, drafter: ResolvedDrafter | None
+    spec: KimiK3DeploymentSpec,
+    owner: Owner,
+    drafter: ResolvedDrafter | None,
+    weight_bytes: int | None = None,
 ) -> dict[str, Any]:
+    """``weight_bytes``: what the model cache measured, for the start-up budget."""
     multi_node = spec.nodes_per_replica > 1
-    leader = _pod_template(spec, owner, drafter, "leader")
+    leader = _pod_template(spec, owner, drafter, "leader", weight_bytes)
     template: dict[str, Any] = {
         "size": spec.nodes_per_replica,
         # Every rank of the mp backend must start together, and a restarted rank cannot
@@ -30,7 +35,7 @@ def build_leader_worker_set(
     }
     if multi_node:
         template["leaderTemplate"] = leader
-        template["workerTemplate"] = _pod_template(spec, owner, drafter, "worker")
+        template["workerTemplate"] = _pod_template(spec, owner, drafter, "worker", weight_bytes)
     else:
         template["workerTemplate"] = leader
     meta = metadata(owner, names.leader_worker_set(owner.name), c.COMPONENT_SERVING)
@@ -61,7 +66,11 @@ def build_leader_worker_set(
 
 
 def _pod_template(
-    spec: KimiK3DeploymentSpec, owner: Owner, drafter: ResolvedDrafter | None, role: Role
+    spec: KimiK3DeploymentSpec,
+    owner: Owner,
+    drafter: ResolvedDrafter | None,
+    role: Role,
+    weight_bytes: int | None,
 ) -> dict[str, Any]:
     component = c.COMPONENT_LEADER if role == "leader" else c.COMPONENT_WORKER
     container: dict[str, Any] = {
@@ -77,10 +86,10 @@ def _pod_template(
         container["ports"] = [
             {"name": PORT_NAME, "containerPort": spec.service.port, "protocol": "TCP"}
         ]
-        container.update(leader_probes(spec, PORT_NAME))
+        container.update(leader_probes(spec, PORT_NAME, weight_bytes))
     pod_spec: dict[str, Any] = {
         "containers": [container],
-        "volumes": _volumes(spec),
+        "volumes": _volumes(spec, owner),
         # Shard loading and NCCL teardown take a while; do not cut them short.
         "terminationGracePeriodSeconds": 120,
     }
@@ -108,6 +117,12 @@ def _env(spec: KimiK3DeploymentSpec) -> list[dict[str, Any]]:
             }
         )
     env += [dict(e) for e in spec.engine.env]
+    if spec.model.cache is not None:
+        # The weights are in the cache, verified: read them there and never from the Hub.
+        env += [
+            {"name": "HF_HUB_CACHE", "value": HUB_CACHE},
+            {"name": "HF_HUB_OFFLINE", "value": "1"},
+        ]
     return env
 
 
@@ -120,7 +135,7 @@ def _resources(spec: KimiK3DeploymentSpec) -> dict[str, Any]:
     return {"requests": dict(amounts), "limits": dict(amounts)}
 
 
-def _volumes(spec: KimiK3DeploymentSpec) -> list[dict[str, Any]]:
+def _volumes(spec: KimiK3DeploymentSpec, owner: Owner) -> list[dict[str, Any]]:
     volumes: list[dict[str, Any]] = [
         {
             "name": "dshm",
@@ -128,6 +143,17 @@ def _volumes(spec: KimiK3DeploymentSpec) -> list[dict[str, Any]]:
         },
         {"name": "hf-cache", "emptyDir": {}},
     ]
+    cache = spec.model.cache
+    if cache is not None:
+        volumes.append(
+            {
+                "name": "model-cache",
+                "persistentVolumeClaim": {
+                    "claimName": cache_claim_name(owner, cache),
+                    "readOnly": True,
+                },
+            }
+        )
     pvc = spec.model.source.pvc
     if pvc is not None:
         volumes.append(
@@ -144,6 +170,8 @@ def _volume_mounts(spec: KimiK3DeploymentSpec) -> list[dict[str, Any]]:
         {"name": "dshm", "mountPath": "/dev/shm"},
         {"name": "hf-cache", "mountPath": HF_HOME},
     ]
+    if spec.model.cache is not None:
+        mounts.append({"name": "model-cache", "mountPath": CACHE_MOUNT, "readOnly": True})
     if spec.model.source.pvc is not None:
         mounts.append({"name": "model", "mountPath": MODEL_MOUNT, "readOnly": True})
     return mounts

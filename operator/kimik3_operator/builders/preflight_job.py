@@ -18,7 +18,7 @@ from kimik3_operator.builders.command import (
     expanded_serve_args,
     model_location,
 )
-from kimik3_operator.builders.common import Owner, labels, metadata
+from kimik3_operator.builders.common import Owner, job_placement, labels, metadata
 from kimik3_operator.preflight.pairing import resolve_drafter
 from kimik3_operator.preflight.rules import TARGET_ARCHITECTURES
 
@@ -108,7 +108,7 @@ def build_probe_job(spec: KimiK3DeploymentSpec, owner: Owner) -> dict[str, Any]:
                 "metadata": {"labels": pod_labels},
                 "spec": {
                     "restartPolicy": "Never",
-                    # CPU only: no GPU request, no GPU toleration, no GPU node selector.
+                    **job_placement(spec),
                     "containers": [
                         {
                             "name": "probe",

@@ -27,6 +27,7 @@ from kimik3_operator.cache import (
     ledger_pod_fields,
 )
 from kimik3_operator.config import Settings
+from kimik3_operator.handlers.download_progress import DownloadProgress
 from kimik3_operator.handlers.locks import forget_lock
 from kimik3_operator.handlers.queue import WorkQueue
 from kimik3_operator.handlers.reconcile import reconcile
@@ -85,10 +86,14 @@ class Controller:
     queue: WorkQueue[Key] = field(default_factory=WorkQueue)
     active: threading.Event = field(default_factory=threading.Event)
     informers: list[Informer] = field(default_factory=list)
+    progress: DownloadProgress = field(default_factory=DownloadProgress)
     _stop: threading.Event = field(default_factory=threading.Event)
 
     def __post_init__(self) -> None:
         self.kube = CachedKube(self.api, self.store, background_events=True)
+        self.progress.url_override = (
+            self.progress.url_override or self.settings.download_progress_url
+        )
         self.queue.delay = self.settings.coalesce_seconds
         if self.settings.gpu_inventory and self.ledger is None:
             self.ledger = GpuLedger()
@@ -107,6 +112,12 @@ class Controller:
                 )
                 by_kind.setdefault(child.kind, []).append(informer)
                 made.append(informer)
+            # Claims the user names for the model cache carry no label of ours.
+            made.append(
+                self._informer(
+                    "PersistentVolumeClaim", "v1", "persistentvolumeclaims", namespace, ""
+                )
+            )
         for crd, kind in WATCHED_CRDS.items():
             made.append(self._crd_informer(crd, by_kind.get(kind, [])))
         if self.ledger is not None:
@@ -242,6 +253,7 @@ class Controller:
     def forget(self, namespace: str, name: str) -> None:
         metrics.forget(namespace, name)
         self.scraper.forget(namespace, name)
+        self.progress.forget(namespace, name)
         forget_lock(namespace, name)
 
     def _forget_missing(self) -> None:
@@ -295,8 +307,12 @@ class Controller:
         if body is None:
             return
         try:
-            self.scraper.tick(self.kube, body)
+            self.progress.tick(self.kube, body)
         except Exception:  # one deployment's scrape never stops the others
+            log.exception("download progress of %s/%s failed", *key)
+        try:
+            self.scraper.tick(self.kube, body)
+        except Exception:
             log.exception("acceptance scrape of %s/%s failed", *key)
 
     # --- lifecycle ----------------------------------------------------------------------

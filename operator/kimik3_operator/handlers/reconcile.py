@@ -20,6 +20,13 @@ from kimik3_operator.api.constants import ConditionType, Reason
 from kimik3_operator.api.spec import KimiK3DeploymentSpec, SpecError, parse_spec
 from kimik3_operator.builders.children import build_children
 from kimik3_operator.builders.common import Owner, with_spec_hash
+from kimik3_operator.builders.model_cache import (
+    build_cache_claim,
+    build_download_config_map,
+    build_download_job,
+    cache_claim_name,
+    cache_key,
+)
 from kimik3_operator.builders.preflight_job import (
     build_probe_config_map,
     build_probe_job,
@@ -35,6 +42,12 @@ from kimik3_operator.observe import GpuInventory, Observation, invalid_spec, obs
 from kimik3_operator.preflight.gate import Gate, evaluate, gated_observation
 from kimik3_operator.preflight.probe import ProbeState, probe_state
 from kimik3_operator.preflight.table import load_table
+from kimik3_operator.weights.state import (
+    CacheState,
+    cache_state,
+    startup_section,
+    with_model_cache,
+)
 
 log = logging.getLogger(__name__)
 CRD_API = "apiextensions.k8s.io/v1"
@@ -114,10 +127,21 @@ def _reconcile(
 
     gate = _preflight(kube, spec, owner, body, result, clock)
     lws_installed = _crd_exists(kube, c.LWS_CRD)
+    cache: CacheState | None = None
     if lws_installed and gate.deploy:
         pod_monitor_installed = _crd_exists(kube, c.PODMONITOR_CRD)
-        children = build_children(spec, owner, pod_monitor_available=pod_monitor_installed)
         try:
+            cache = _model_cache(kube, spec, owner, body, result)
+            children = build_children(
+                spec,
+                owner,
+                pod_monitor_available=pod_monitor_installed,
+                weight_bytes=cache.bytes_total if cache is not None and cache.ready else None,
+            )
+            if cache is not None and not cache.ready:
+                # No serving pod before the weights are there; a running LeaderWorkerSet
+                # keeps serving its revision until the new one is in the cache.
+                children = [ch for ch in children if ch["kind"] != "LeaderWorkerSet"]
             _apply_children(kube, children, result)
             if pod_monitor_installed and not any(ch["kind"] == "PodMonitor" for ch in children):
                 _delete_owned(
@@ -155,7 +179,12 @@ def _reconcile(
         if node and nodes is not None and not nodes.has_node(node)
     )
     observation = observe(
-        spec, lws_crd_installed=lws_installed, lws=lws, pods=pods, name=owner.name, gone_nodes=gone
+        spec,
+        lws_crd_installed=lws_installed,
+        lws=lws,
+        pods=pods,
+        name=owner.name,
+        gone_nodes=gone,
     )
     if nodes is not None and any(
         p.reason == Reason.INSUFFICIENT_GPUS for p in observation.problems
@@ -173,7 +202,9 @@ def _reconcile(
             name=owner.name,
             gone_nodes=gone,
         )
-    _write_status(kube, body, spec, gated_observation(observation, gate), result, clock, gate)
+    observation = with_model_cache(gated_observation(observation, gate), cache)
+    startup = startup_section(cache, pods, spec.replicas, observation.ready_replicas)
+    _write_status(kube, body, spec, observation, result, clock, gate, cache, startup)
     return result
 
 
@@ -209,6 +240,60 @@ def _preflight(
     pods = kube.list("v1", "Pod", owner.namespace, label_selector=f"{c.PROBE_KEY_LABEL}={key}")
     state = probe_state(job, pods, spec.engine.image)
     return evaluate(spec, table, clock(), state, key)
+
+
+def _model_cache(
+    kube: Kube,
+    spec: KimiK3DeploymentSpec,
+    owner: Owner,
+    body: Mapping[str, Any],
+    result: ReconcileResult,
+) -> CacheState | None:
+    """The claim and the download Job for this spec's weights, and where they stand."""
+    if spec.model.cache is None:
+        return None
+    key = cache_key(spec, owner)
+    claim_name = cache_claim_name(owner, spec.model.cache)
+    job_name = names.download_job(owner.name, key)
+    stored = (body.get("status") or {}).get("modelCache") or {}
+    claim_manifest = build_cache_claim(spec, owner)
+    if claim_manifest is not None:
+        _create_missing(kube, [with_spec_hash(claim_manifest)], result)
+    if not (stored.get("key") == key and stored.get("phase") == "Ready"):
+        _apply_children(kube, [with_spec_hash(build_download_config_map(owner))], result)
+        _create_missing(kube, [with_spec_hash(build_download_job(spec, owner))], result)
+    _delete_other_downloads(kube, owner, key, result)
+    return cache_state(
+        key=key,
+        claim_name=claim_name,
+        job_name=job_name,
+        claim=kube.get("v1", "PersistentVolumeClaim", claim_name, owner.namespace),
+        job=kube.get("batch/v1", "Job", job_name, owner.namespace),
+        pods=kube.list("v1", "Pod", owner.namespace, label_selector=f"{c.CACHE_KEY_LABEL}={key}"),
+        stored=stored,
+    )
+
+
+def _create_missing(kube: Kube, manifests: Sequence[Obj], result: ReconcileResult) -> None:
+    """For children whose spec is immutable once made (a Job's pods, a claim's volume)."""
+    for manifest in manifests:
+        meta = manifest["metadata"]
+        if kube.get(manifest["apiVersion"], manifest["kind"], meta["name"], meta["namespace"]):
+            continue
+        kube.apply(manifest)
+        result.applied.append(f"{manifest['kind']}/{meta['name']}")
+
+
+def _delete_other_downloads(kube: Kube, owner: Owner, key: str, result: ReconcileResult) -> None:
+    """A download for a revision no longer asked for only takes bandwidth from this one."""
+    selector = (
+        f"{c.LABEL_INSTANCE}={owner.name},{c.LABEL_COMPONENT}={c.COMPONENT_DOWNLOAD},"
+        f"{c.LABEL_MANAGED_BY}={c.OPERATOR_NAME}"
+    )
+    for job in kube.list("batch/v1", "Job", owner.namespace, label_selector=selector):
+        meta = job["metadata"]
+        if (meta.get("labels") or {}).get(c.CACHE_KEY_LABEL) != key:
+            _delete_owned(kube, "batch/v1", "Job", meta["name"], owner, result)
 
 
 def _crd_exists(kube: Kube, name: str) -> bool:
@@ -249,10 +334,12 @@ def _write_status(
     result: ReconcileResult,
     clock: Callable[[], str],
     gate: Gate | None = None,
+    cache: CacheState | None = None,
+    startup: Mapping[str, Any] | None = None,
 ) -> None:
     meta = body["metadata"]
     current: Mapping[str, Any] = body.get("status") or {}
-    status = desired_status(body, spec, observation, clock(), gate)
+    status = desired_status(body, spec, observation, clock(), gate, cache, startup)
     conditions = all_conditions(observation, gate)
     metrics.record_conditions(meta["namespace"], meta["name"], conditions)
     delta = status_delta(current, status)

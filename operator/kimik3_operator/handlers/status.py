@@ -14,6 +14,7 @@ from kimik3_operator.conditions import Condition, set_condition
 from kimik3_operator.observe import Observation
 from kimik3_operator.preflight.gate import Gate
 from kimik3_operator.preflight.pairing import resolve_drafter
+from kimik3_operator.weights.state import CacheState, cache_section
 
 
 def desired_status(
@@ -22,6 +23,8 @@ def desired_status(
     observation: Observation,
     now: str,
     gate: Gate | None = None,
+    cache: CacheState | None = None,
+    startup: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     meta = body["metadata"]
     current: Mapping[str, Any] = body.get("status") or {}
@@ -48,6 +51,10 @@ def desired_status(
                 "speculative": _speculative(spec, current.get("speculative") or {}),
             }
         )
+    if cache is not None:
+        status["modelCache"] = cache_section(cache, current.get("modelCache") or {})
+    if startup is not None:
+        status["startup"] = dict(startup)
     if gate is not None:
         status["capabilities"] = _keep_checked_at(current.get("capabilities") or {}, gate.status)
     return status

@@ -1,0 +1,273 @@
+"""The model cache's state, the ModelCached condition, the status.modelCache section and the
+start-up phase of the whole deployment: pure, from the objects the watches hold."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from kimik3_operator.api import constants as c
+from kimik3_operator.api.constants import ConditionType, Reason
+from kimik3_operator.conditions import Condition
+from kimik3_operator.observe import IMAGE_PULL_REASONS, Observation
+
+Obj = Mapping[str, Any]
+CachePhase = Literal["Pending", "Downloading", "Verifying", "Ready", "Failed"]
+StartupPhase = Literal["WaitingForCache", "Downloading", "Scheduling", "LoadingWeights", "Ready"]
+# Fields the progress reader keeps current between reconciles.
+PROGRESS_FIELDS = ("bytesDone", "bytesPerSecond", "etaSeconds", "verifiedBytes", "progress")
+
+
+@dataclass(frozen=True)
+class CacheState:
+    phase: CachePhase
+    reason: str
+    message: str
+    key: str
+    claim_name: str
+    job: str
+    bytes_total: int = 0
+    repos: tuple[Mapping[str, Any], ...] = field(default=())
+
+    @property
+    def ready(self) -> bool:
+        return self.phase == "Ready"
+
+
+def _terminated(pod: Obj) -> Mapping[str, Any]:
+    for status in pod.get("status", {}).get("containerStatuses", []) or []:
+        found = (status.get("state") or {}).get("terminated")
+        if found:
+            return dict(found)
+    return {}
+
+
+def _report(pod: Obj) -> dict[str, Any] | None:
+    text = _terminated(pod).get("message") or ""
+    try:
+        found = json.loads(text) if text else None
+    except ValueError:
+        return None
+    return found if isinstance(found, dict) else None
+
+
+def _job_condition(job: Obj | None, kind: str) -> Mapping[str, Any] | None:
+    for cond in (job or {}).get("status", {}).get("conditions", []) or []:
+        if cond.get("type") == kind and cond.get("status") == "True":
+            return dict(cond)
+    return None
+
+
+def _created(obj: Obj) -> str:
+    return str(obj.get("metadata", {}).get("creationTimestamp") or "")
+
+
+def cache_state(
+    *,
+    key: str,
+    claim_name: str,
+    job_name: str,
+    claim: Obj | None,
+    job: Obj | None,
+    pods: Sequence[Obj],
+    stored: Mapping[str, Any],
+) -> CacheState:
+    """Where the cache for ``key`` stands. A Ready cache stays Ready through its status, so
+    the Job's pods may be garbage-collected without a new download."""
+
+    def state(phase: CachePhase, reason: str, message: str, **more: Any) -> CacheState:
+        return CacheState(phase, reason, message, key, claim_name, job_name, **more)
+
+    if stored.get("key") == key and stored.get("phase") == "Ready":
+        return state(
+            "Ready",
+            Reason.CACHE_READY,
+            str(stored.get("message") or "the weights are in the cache, verified"),
+            bytes_total=int(stored.get("bytesTotal") or 0),
+            repos=tuple(stored.get("repos") or ()),
+        )
+    newest = sorted(pods, key=_created)
+    for pod in reversed(newest):
+        report = _report(pod)
+        if report and report.get("phase") == "Ready":
+            total = int(report.get("bytesTotal") or 0)
+            repos = tuple(report.get("repos") or ())
+            listed = ", ".join(f"{r.get('repo')}@{str(r.get('commit', ''))[:12]}" for r in repos)
+            return state(
+                "Ready",
+                Reason.CACHE_READY,
+                f"{total} bytes in {claim_name}, sizes and checksums verified: {listed}",
+                bytes_total=total,
+                repos=repos,
+            )
+    failed = _job_condition(job, "Failed")
+    if failed is not None:
+        problems = next(
+            (r.get("problems") for r in map(_report, reversed(newest)) if r and r.get("problems")),
+            None,
+        )
+        detail = (
+            "; ".join(problems) if problems else f"{failed.get('reason')}: {failed.get('message')}"
+        )
+        return state(
+            "Failed",
+            Reason.DOWNLOAD_FAILED,
+            f"the download Job {job_name} failed: {detail}; fix the cause and delete the Job "
+            "to try again (the files already in the cache are kept)",
+        )
+    if claim is None:
+        return state(
+            "Pending",
+            Reason.WAITING_FOR_VOLUME,
+            f"PersistentVolumeClaim {claim_name} does not exist: create it, or leave "
+            "model.cache.claimName empty for the operator to create one",
+        )
+    if job is None or not newest:
+        return state("Pending", Reason.WAITING_FOR_VOLUME, f"starting the download Job {job_name}")
+    pod = newest[-1]
+    pod_name = pod.get("metadata", {}).get("name")
+    for status in pod.get("status", {}).get("containerStatuses", []) or []:
+        waiting = (status.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason") in IMAGE_PULL_REASONS:
+            return state(
+                "Failed",
+                Reason.DOWNLOAD_FAILED,
+                f"the download pod {pod_name} cannot pull its image (spec.engine.image): "
+                f"{waiting.get('reason')}",
+            )
+    if not pod.get("spec", {}).get("nodeName"):
+        claim_phase = (claim.get("status") or {}).get("phase") or "Pending"
+        why = (
+            "the download pod is waiting for a node"
+            if claim_phase == "Bound"
+            else f"PersistentVolumeClaim {claim_name} is {claim_phase}: no volume is bound to "
+            "it yet (check its storage class and access mode)"
+        )
+        return state("Pending", Reason.WAITING_FOR_VOLUME, why)
+    attempts = sum(1 for p in pods if p.get("status", {}).get("phase") == "Failed")
+    retry = f" (attempt {attempts + 1}; partial files are resumed)" if attempts else ""
+    if stored.get("key") == key and stored.get("phase") == "Verifying":
+        return state("Verifying", Reason.VERIFYING, f"checking sizes and checksums{retry}")
+    return state("Downloading", Reason.DOWNLOADING, f"the download Job {job_name} runs{retry}")
+
+
+def cache_condition(cache: CacheState) -> Condition:
+    status: Literal["True", "False", "Unknown"] = (
+        "True" if cache.ready else "False" if cache.phase == "Failed" else "Unknown"
+    )
+    return Condition(ConditionType.MODEL_CACHED, status, cache.reason, cache.message)
+
+
+def human_bytes(amount: float) -> str:
+    for unit in ("B", "kB", "MB", "GB", "TB"):
+        if abs(amount) < 1000 or unit == "TB":
+            return f"{amount:.0f} {unit}" if unit == "B" else f"{amount:.1f} {unit}"
+        amount /= 1000
+    return f"{amount:.1f} TB"
+
+
+def progress_text(phase: str, done: int, total: int) -> str:
+    """The printer column: phase and, once known, percent and size."""
+    if phase == "Ready":
+        return f"Ready {human_bytes(total)}" if total else "Ready"
+    if total and phase in ("Downloading", "Verifying"):
+        return f"{phase} {100 * done / total:.0f}% of {human_bytes(total)}"
+    return phase
+
+
+def cache_section(cache: CacheState, stored: Mapping[str, Any]) -> dict[str, Any]:
+    """status.modelCache. The progress reader's numbers are kept while the same download
+    runs, so a reconcile does not undo them."""
+    section: dict[str, Any] = {
+        "key": cache.key,
+        "phase": cache.phase,
+        "claimName": cache.claim_name,
+        "job": cache.job,
+        "message": cache.message,
+    }
+    same_run = stored.get("key") == cache.key and cache.phase in ("Downloading", "Verifying")
+    if same_run:
+        section.update({k: stored[k] for k in PROGRESS_FIELDS if k in stored})
+        if stored.get("bytesTotal"):
+            section["bytesTotal"] = stored["bytesTotal"]
+    if cache.ready:
+        section.update({"bytesTotal": cache.bytes_total, "bytesDone": cache.bytes_total})
+        section["repos"] = [dict(r) for r in cache.repos]
+    moving = section.get("verifiedBytes" if cache.phase == "Verifying" else "bytesDone")
+    section["progress"] = progress_text(
+        cache.phase, int(moving or 0), int(section.get("bytesTotal") or 0)
+    )
+    return section
+
+
+def _pod_ready(pod: Obj) -> bool:
+    return any(
+        cond.get("type") == "Ready" and cond.get("status") == "True"
+        for cond in pod.get("status", {}).get("conditions", []) or []
+    )
+
+
+def startup_section(
+    cache: CacheState | None, pods: Sequence[Obj], replicas: int, ready_replicas: int
+) -> dict[str, Any]:
+    """The start-up phase of the whole deployment, in one place, with the slowest pod: the
+    earliest-created serving pod still in the least advanced phase."""
+    if cache is not None and not cache.ready:
+        phase: StartupPhase = (
+            "Downloading" if cache.phase in ("Downloading", "Verifying") else "WaitingForCache"
+        )
+        return {"phase": phase, "message": cache.message}
+    serving = sorted(
+        (
+            p
+            for p in pods
+            if p.get("metadata", {}).get("labels", {}).get(c.LABEL_COMPONENT)
+            in (c.COMPONENT_LEADER, c.COMPONENT_WORKER)
+            and not p.get("metadata", {}).get("deletionTimestamp")
+        ),
+        key=_created,
+    )
+    if replicas and ready_replicas >= replicas:
+        return {"phase": "Ready", "message": f"{ready_replicas} of {replicas} groups ready"}
+    unscheduled = [p for p in serving if not p.get("spec", {}).get("nodeName")]
+    if unscheduled or not serving:
+        slowest = unscheduled[0]["metadata"]["name"] if unscheduled else ""
+        section: dict[str, Any] = {
+            "phase": "Scheduling",
+            "message": f"{len(unscheduled)} serving pods wait for a node"
+            if unscheduled
+            else "waiting for the LeaderWorkerSet to create the pods",
+        }
+        if slowest:
+            section["slowestPod"] = slowest
+        return section
+    loading = [p for p in serving if not _pod_ready(p)]
+    section = {
+        "phase": "LoadingWeights",
+        "message": f"{len(loading)} of {len(serving)} serving pods are starting (loading weights)",
+    }
+    if loading:
+        section["slowestPod"] = loading[0]["metadata"]["name"]
+    return section
+
+
+def with_model_cache(observation: Observation, cache: CacheState | None) -> Observation:
+    """ModelCached added; while the weights are not there, Progressing says so."""
+    if cache is None:
+        return observation
+    conditions = [*observation.conditions, cache_condition(cache)]
+    summary = observation.summary_reason
+    if not cache.ready:
+        waiting = Condition(
+            ConditionType.PROGRESSING,
+            "True" if cache.phase != "Failed" else "False",
+            Reason.WAITING_FOR_MODEL_CACHE,
+            f"no serving pod is created before the weights are in the cache "
+            f"({cache.phase}): {cache.message}",
+        )
+        conditions = [waiting if c_.type == ConditionType.PROGRESSING else c_ for c_ in conditions]
+        if observation.ready_replicas == 0:
+            summary = Reason.WAITING_FOR_MODEL_CACHE if cache.phase != "Failed" else cache.reason
+    return Observation(observation.ready_replicas, tuple(conditions), summary, observation.problems)
