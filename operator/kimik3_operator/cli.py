@@ -14,8 +14,8 @@ import yaml
 from kimik3_operator.api import constants as c
 from kimik3_operator.api.spec import SpecError, parse_spec
 from kimik3_operator.builders.children import build_children
-from kimik3_operator.builders.model_cache import build_cache_claim, build_download_job
 from kimik3_operator.builders.common import Owner
+from kimik3_operator.builders.model_cache import build_cache_claim, build_download_job
 
 
 def load_resource(path: str) -> dict[str, Any]:
