@@ -5,9 +5,11 @@ Usage: python3 download_script.py '<request json>'
 Request: {"repos": [{"repo": ..., "revision": ...}], "verifyOnly": bool, "progressPort": int}
 
 For each repository at its revision: asks the Hub for the files with their sizes and
-checksums, downloads them into HF_HUB_CACHE (the Hub's own cache layout, so a killed pod's
-successor resumes its partial files, and vLLM in the serving pods finds them offline), then
-checks every file's size and checksum (sha256 for LFS files, the git blob id for the rest).
+checksums, downloads each into HF_HUB_CACHE's blobs under a stable partial name (so a killed
+pod's successor resumes with a Range request: huggingface_hub itself restarts a killed
+download from zero), lets huggingface_hub lay out the snapshot and the revision's ref (so vLLM
+in the serving pods finds them offline), then checks every file's size and checksum (sha256
+for LFS files, the git blob id for the rest).
 A verified snapshot leaves a marker, so a later Job for it checks sizes only.
 While it runs, GET :progressPort/progress answers {phase, bytesDone, bytesTotal, ...}.
 At the end the report goes to /dev/termination-log (the operator reads it from the pod).
@@ -29,6 +31,8 @@ from typing import Any
 TERMINATION_LOG = "/dev/termination-log"
 MARKERS = ".kimik3-verified"
 HASH_CHUNK = 16 * 1024 * 1024
+FETCH_CHUNK = 1024 * 1024
+FETCH_ATTEMPTS = 5
 
 
 @dataclass(frozen=True)
@@ -115,6 +119,56 @@ def sha256_of(path: str, progress: Progress) -> str:
             with progress.lock:
                 progress.verified_bytes += len(chunk)
     return digest.hexdigest()
+
+
+def fetch(url: str, headers: dict[str, str], blob: str, size: int) -> None:
+    """One file into its blob, resuming from the partial file a killed pod left."""
+    import urllib.request
+
+    if os.path.exists(blob) and os.path.getsize(blob) == size:
+        return
+    partial = blob + ".incomplete"
+    for attempt in range(FETCH_ATTEMPTS):
+        have = os.path.getsize(partial) if os.path.exists(partial) else 0
+        if have > size:
+            os.remove(partial)
+            have = 0
+        if have < size:
+            wanted = dict(headers, **({"Range": f"bytes={have}-"} if have else {}))
+            try:
+                with urllib.request.urlopen(
+                    urllib.request.Request(url, headers=wanted), timeout=60
+                ) as response:
+                    if have and response.status != 206:
+                        have = 0  # the server ignored the range: start over
+                    with open(partial, "ab" if have else "wb") as out:
+                        while chunk := response.read(FETCH_CHUNK):
+                            out.write(chunk)
+            except OSError:
+                if attempt == FETCH_ATTEMPTS - 1:
+                    raise
+                time.sleep(2**attempt)
+                continue
+        if os.path.getsize(partial) == size:
+            os.replace(partial, blob)
+            return
+    raise OSError(f"{url}: {os.path.getsize(partial)} of {size} bytes after {FETCH_ATTEMPTS} tries")
+
+
+def fetch_plan(plan: Plan, cache_dir: str, workers: int = 8) -> None:
+    from huggingface_hub import hf_hub_url
+    from huggingface_hub.utils import build_hf_headers
+
+    headers = build_hf_headers()
+    blobs = os.path.join(cache_dir, repo_folder(plan.repo), "blobs")
+    os.makedirs(blobs, exist_ok=True)
+
+    def one(f: RepoFile) -> None:
+        url = hf_hub_url(plan.repo, f.name, revision=plan.commit)
+        fetch(url, headers, os.path.join(blobs, f.blob), f.size)
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        list(pool.map(one, [f for f in plan.files if f.blob]))
 
 
 def resolve(api: Any, repo: str, revision: str) -> Plan:
@@ -219,6 +273,8 @@ def fill(request: dict[str, Any], progress: Progress) -> dict[str, Any]:
     for plan in plans:
         snapshot = os.path.join(cache_dir, repo_folder(plan.repo), "snapshots", plan.commit)
         if not verify_only:
+            fetch_plan(plan, cache_dir)
+            # Every blob is there: this only links the snapshot and writes the revision's ref.
             snapshot = snapshot_download(
                 plan.repo, revision=plan.revision, cache_dir=cache_dir, max_workers=8
             )
