@@ -32,7 +32,7 @@ class HubFile:
     @property
     def blob_id(self) -> str:
         header = f"blob {len(self.data)}\0".encode()
-        return hashlib.sha1(header + self.data).hexdigest()  # noqa: S324 - git's object id
+        return hashlib.sha1(header + self.data).hexdigest()
 
     @property
     def etag(self) -> str:
@@ -57,7 +57,7 @@ class FakeHub:
     _server: http.server.ThreadingHTTPServer | None = None
 
     def add_repo(self, repo: str, files: dict[str, bytes], lfs_suffix: str = ".safetensors") -> str:
-        commit = hashlib.sha1(repo.encode() + b"".join(sorted(files.values()))).hexdigest()  # noqa: S324
+        commit = hashlib.sha1(repo.encode() + b"".join(sorted(files.values()))).hexdigest()
         self.repos[repo] = HubRepo(
             repo,
             commit,
@@ -82,10 +82,10 @@ class FakeHub:
             def log_message(self, *args: Any) -> None:
                 pass
 
-            def do_HEAD(self) -> None:  # noqa: N802 - the stdlib's name
+            def do_HEAD(self) -> None:
                 hub.handle(self, body=False)
 
-            def do_GET(self) -> None:  # noqa: N802
+            def do_GET(self) -> None:
                 hub.handle(self, body=True)
 
         self._server = http.server.ThreadingHTTPServer((self.host, self.port), Handler)
