@@ -37,6 +37,7 @@ class RealNode:
     name: str
     api_host: str  # where pods reach the API server (no service proxy runs here)
     api_port: str
+    host_address: str  # the node's address on the bridge: where pods reach this machine
 
     def placement(self) -> dict[str, Any]:
         """Pod spec fields that put a pod on the real node, and only a pod that asks."""
@@ -79,7 +80,21 @@ def start_real_node(env: dict[str, str]) -> RealNode:
         text=True,
         check=True,
     ).stdout.split()
-    return RealNode(NODE_NAME, slices[0], slices[1])
+    address = subprocess.run(
+        [
+            "kubectl",
+            "get",
+            "node",
+            NODE_NAME,
+            "-o",
+            "jsonpath={.status.addresses[?(@.type=='InternalIP')].address}",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    return RealNode(NODE_NAME, slices[0], slices[1], address)
 
 
 def build_images(env: dict[str, str], *names: str) -> str:

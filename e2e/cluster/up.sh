@@ -44,6 +44,8 @@ POLICY
   kwokctl create cluster --name "$cluster" --runtime binary \
     --kube-audit-policy "$run/audit-policy.yaml" \
     --extra-args kube-apiserver=kubelet-preferred-address-types=InternalIP \
+    --extra-args kwok-controller=manage-all-nodes=false \
+    --extra-args kwok-controller=manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake \
     --kube-apiserver-binary "$bin/kube-apiserver" \
     --kube-controller-manager-binary "$bin/kube-controller-manager" \
     --kube-scheduler-binary "$bin/kube-scheduler" \

@@ -83,14 +83,13 @@ class DownloadProgress:
         if stored.get("phase") not in ACTIVE_PHASES:
             self.forget(namespace, name)
             return False
-        running = [
-            p
-            for p in kube.list(
-                "v1", "Pod", namespace, label_selector=f"{c.CACHE_KEY_LABEL}={stored.get('key')}"
-            )
-            if p.get("status", {}).get("phase") == "Running"
-        ]
+        pods = kube.list(
+            "v1", "Pod", namespace, label_selector=f"{c.CACHE_KEY_LABEL}={stored.get('key')}"
+        )
+        running = [p for p in pods if p.get("status", {}).get("phase") == "Running"]
         if not running:
+            phases = [p.get("status", {}).get("phase") for p in pods]
+            log.debug("no running download pod for %s/%s yet: %s", namespace, name, phases)
             return False
         url = self.url(running[0])
         if url is None:
@@ -102,6 +101,7 @@ class DownloadProgress:
                 "cannot read the download progress of %s/%s at %s: %s", namespace, name, url, exc
             )
             return False
+        log.debug("download progress of %s/%s: %s", namespace, name, report)
         key = (namespace, name)
         sample = next_sample(self.samples.get(key), self.clock(), int(report.get("bytesDone") or 0))
         self.samples[key] = sample
