@@ -53,6 +53,7 @@ class FakeHub:
     bytes_per_second: float = 0.0  # 0: as fast as it goes
     repos: dict[str, HubRepo] = field(default_factory=dict)
     served: list[tuple[str, int, int]] = field(default_factory=list)  # (file, start, bytes)
+    requested: list[str] = field(default_factory=list)  # every path asked for
     lock: threading.Lock = field(default_factory=threading.Lock)
     _server: http.server.ThreadingHTTPServer | None = None
 
@@ -109,6 +110,8 @@ class FakeHub:
 
     def handle(self, request: http.server.BaseHTTPRequestHandler, body: bool) -> None:
         path = unquote(urlparse(request.path).path)
+        with self.lock:
+            self.requested.append(path)
         info = re.fullmatch(r"/api/models/([^/]+/[^/]+)/revision/([^/]+)", path)
         tree = re.fullmatch(r"/api/models/([^/]+/[^/]+)/tree/([^/]+)(/.*)?", path)
         resolve = re.fullmatch(r"/([^/]+/[^/]+)/resolve/([^/]+)/(.+)", path)

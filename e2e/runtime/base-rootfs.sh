@@ -8,15 +8,15 @@ set -euo pipefail
 suite=bookworm
 packages=python3,python3-pip,python3-venv,python-is-python3,ca-certificates,passwd
 cache="${KIMIK3_CACHE:-$HOME/.cache/kimik3-operator}/images"
-key="$(printf '%s %s 1' "$suite" "$packages" | sha256sum | cut -c1-12)"
+key="$(printf '%s %s 2' "$suite" "$packages" | sha256sum | cut -c1-12)"
 out="$cache/rootfs-$suite-$key.tar"
-if [[ -s "$out" ]]; then
+if [[ -f "$out" && -s "$out" ]]; then
   echo "$out"
   exit 0
 fi
 mkdir -p "$cache"
 started=$(date +%s)
-mmdebstrap --variant=minbase --include="$packages" \
+mmdebstrap --variant=minbase --format=tar --include="$packages" \
   --customize-hook='cp /usr/local/share/ca-certificates/*.crt "$1/usr/local/share/ca-certificates/" 2>/dev/null || true' \
   --customize-hook='chroot "$1" update-ca-certificates >/dev/null' \
   --customize-hook='rm -f "$1"/usr/lib/python3*/EXTERNALLY-MANAGED' \

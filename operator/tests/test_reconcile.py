@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from conftest import FakeKube, resource
@@ -132,3 +133,20 @@ def test_subset_tolerates_server_defaults_and_quantity_strings() -> None:
     assert not is_subset({"flag": True}, {"flag": "True"})
     assert not is_subset({"list": [1, 2]}, {"list": [1]})
     assert needs_apply({"metadata": {}}, None)
+
+
+def test_the_test_only_annotation_replaces_the_speculative_config(kube: FakeKube) -> None:
+    body = resource(preflight={"mode": "Disabled"})
+    override = {"method": "draft_model", "model": "/models/tiny", "num_speculative_tokens": 3}
+    body["metadata"]["annotations"] = {
+        "serving.kimik3.io/test-speculative-config": json.dumps(override)
+    }
+    stored(kube, body)
+    reconcile(kube, body, clock)
+    lws = kube.get("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", "k3", "llm")
+    for role in ("leaderTemplate", "workerTemplate"):
+        args = lws["spec"]["leaderWorkerTemplate"][role]["spec"]["containers"][0]["args"]
+        assert json.loads(args[args.index("--speculative-config") + 1]) == override
+    status = kube.get("serving.kimik3.io/v1alpha1", "KimiK3Deployment", "k3", "llm")["status"]
+    assert status["speculative"]["method"] == "draft_model"
+    assert status["speculative"]["drafter"] == "/models/tiny"

@@ -14,6 +14,9 @@ FIELD_MANAGER: Final = "kimik3-operator"
 SPEC_HASH_ANNOTATION: Final = f"{GROUP}/spec-hash"
 PROBE_KEY_LABEL: Final = f"{GROUP}/probe-key"
 CACHE_KEY_LABEL: Final = f"{GROUP}/cache-key"
+# Test-only: replaces the generated --speculative-config verbatim, unchecked by the preflight,
+# so the real-serving test can run a method vLLM's CPU build has on a stand-in model.
+TEST_SPECULATIVE_CONFIG_ANNOTATION: Final = f"{GROUP}/test-speculative-config"
 OPERATOR_NAME: Final = "kimik3-operator"
 # Releases before 0.2 ran kopf timers, which made kopf put this finalizer on every resource.
 LEGACY_KOPF_FINALIZER: Final = "kopf.zalando.org/KopfFinalizerMarker"

@@ -3,6 +3,7 @@ first, since everything a user waits for starts from it."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from kimik3_operator.api.spec import KimiK3DeploymentSpec
@@ -19,10 +20,11 @@ def build_children(
     *,
     pod_monitor_available: bool = True,
     weight_bytes: int | None = None,
+    speculative_override: Mapping[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     drafter = resolve_drafter(spec)
     children = [
-        build_leader_worker_set(spec, owner, drafter, weight_bytes),
+        build_leader_worker_set(spec, owner, drafter, weight_bytes, speculative_override),
         build_service(spec, owner),
     ]
     if wants_pod_monitor(spec) and pod_monitor_available:

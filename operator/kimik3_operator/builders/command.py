@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from typing import Literal
+from collections.abc import Mapping
+from typing import Any, Literal
 
 from kimik3_operator.api.spec import KimiK3DeploymentSpec
 from kimik3_operator.preflight.pairing import ResolvedDrafter
@@ -24,9 +25,13 @@ def model_location(spec: KimiK3DeploymentSpec) -> str:
 
 
 def serve_args(
-    spec: KimiK3DeploymentSpec, drafter: ResolvedDrafter | None, role: Role
+    spec: KimiK3DeploymentSpec,
+    drafter: ResolvedDrafter | None,
+    role: Role,
+    speculative_override: Mapping[str, Any] | None = None,
 ) -> list[str]:
-    """Arguments after ``vllm serve``; workers differ only in rank and ``--headless``."""
+    """Arguments after ``vllm serve``; workers differ only in rank and ``--headless``.
+    ``speculative_override``: the test-only annotation's config, used verbatim."""
     par = spec.parallelism
     args = [model_location(spec), "--served-model-name", spec.served_model_name]
     if spec.model.source.pvc is None:
@@ -68,8 +73,15 @@ def serve_args(
     if spec.model.multimodal:
         # The drafters are text-only; the multimodal class serves as text with this flag.
         args.append("--language-model-only")
-    if drafter is not None:
-        config = json.dumps(drafter.speculative_config(), separators=(",", ":"), sort_keys=True)
+    speculative = (
+        dict(speculative_override)
+        if speculative_override is not None
+        else drafter.speculative_config()
+        if drafter is not None
+        else None
+    )
+    if speculative is not None:
+        config = json.dumps(speculative, separators=(",", ":"), sort_keys=True)
         args += ["--speculative-config", config]
     args += list(spec.engine.extra_args)
     return args

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from kimik3_operator.api import constants as c
@@ -23,10 +24,12 @@ def build_leader_worker_set(
     owner: Owner,
     drafter: ResolvedDrafter | None,
     weight_bytes: int | None = None,
+    speculative_override: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """``weight_bytes``: what the model cache measured, for the start-up budget."""
     multi_node = spec.nodes_per_replica > 1
-    leader = _pod_template(spec, owner, drafter, "leader", weight_bytes)
+    extra = (weight_bytes, speculative_override)
+    leader = _pod_template(spec, owner, drafter, "leader", *extra)
     template: dict[str, Any] = {
         "size": spec.nodes_per_replica,
         # Every rank of the mp backend must start together, and a restarted rank cannot
@@ -35,7 +38,7 @@ def build_leader_worker_set(
     }
     if multi_node:
         template["leaderTemplate"] = leader
-        template["workerTemplate"] = _pod_template(spec, owner, drafter, "worker", weight_bytes)
+        template["workerTemplate"] = _pod_template(spec, owner, drafter, "worker", *extra)
     else:
         template["workerTemplate"] = leader
     meta = metadata(owner, names.leader_worker_set(owner.name), c.COMPONENT_SERVING)
@@ -71,13 +74,14 @@ def _pod_template(
     drafter: ResolvedDrafter | None,
     role: Role,
     weight_bytes: int | None,
+    speculative_override: Mapping[str, Any] | None,
 ) -> dict[str, Any]:
     component = c.COMPONENT_LEADER if role == "leader" else c.COMPONENT_WORKER
     container: dict[str, Any] = {
         "name": CONTAINER_NAME,
         "image": spec.engine.image,
         "command": ["vllm", "serve"],
-        "args": serve_args(spec, drafter, role),
+        "args": serve_args(spec, drafter, role, speculative_override),
         "env": _env(spec),
         "resources": _resources(spec),
         "volumeMounts": _volume_mounts(spec),

@@ -82,6 +82,8 @@ def build_probe_job(spec: KimiK3DeploymentSpec, owner: Owner) -> dict[str, Any]:
         env.append(
             {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}}
         )
+    # The serving pods' environment: a Hub mirror (HF_ENDPOINT) or a proxy applies here too.
+    env += [dict(e) for e in spec.engine.env]
     mounts: list[dict[str, Any]] = [{"name": "probe", "mountPath": SCRIPT_MOUNT, "readOnly": True}]
     volumes: list[dict[str, Any]] = [
         {"name": "probe", "configMap": {"name": names.probe_config_map(owner.name)}}

@@ -8,6 +8,7 @@ periodic resync.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -137,6 +138,7 @@ def _reconcile(
                 owner,
                 pod_monitor_available=pod_monitor_installed,
                 weight_bytes=cache.bytes_total if cache is not None and cache.ready else None,
+                speculative_override=speculative_override(body),
             )
             if cache is not None and not cache.ready:
                 # No serving pod before the weights are there; a running LeaderWorkerSet
@@ -242,6 +244,20 @@ def _preflight(
     return evaluate(spec, table, clock(), state, key)
 
 
+def speculative_override(body: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The test-only annotation's --speculative-config, when it holds a JSON object."""
+    annotations = body.get("metadata", {}).get("annotations") or {}
+    text = annotations.get(c.TEST_SPECULATIVE_CONFIG_ANNOTATION)
+    if not text:
+        return None
+    try:
+        found = json.loads(text)
+    except ValueError:
+        log.warning("ignoring %s: not JSON", c.TEST_SPECULATIVE_CONFIG_ANNOTATION)
+        return None
+    return found if isinstance(found, dict) else None
+
+
 def _model_cache(
     kube: Kube,
     spec: KimiK3DeploymentSpec,
@@ -339,7 +355,9 @@ def _write_status(
 ) -> None:
     meta = body["metadata"]
     current: Mapping[str, Any] = body.get("status") or {}
-    status = desired_status(body, spec, observation, clock(), gate, cache, startup)
+    status = desired_status(
+        body, spec, observation, clock(), gate, cache, startup, speculative_override(body)
+    )
     conditions = all_conditions(observation, gate)
     metrics.record_conditions(meta["namespace"], meta["name"], conditions)
     delta = status_delta(current, status)

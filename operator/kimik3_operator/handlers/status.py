@@ -25,6 +25,7 @@ def desired_status(
     gate: Gate | None = None,
     cache: CacheState | None = None,
     startup: Mapping[str, Any] | None = None,
+    speculative_override: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     meta = body["metadata"]
     current: Mapping[str, Any] = body.get("status") or {}
@@ -48,7 +49,9 @@ def desired_status(
                 "nodesPerReplica": spec.nodes_per_replica,
                 "gpusPerReplica": spec.gpus_per_replica,
                 "endpoint": names.endpoint(owner.name, owner.namespace, spec.service.port),
-                "speculative": _speculative(spec, current.get("speculative") or {}),
+                "speculative": _speculative(
+                    spec, current.get("speculative") or {}, speculative_override
+                ),
             }
         )
     if cache is not None:
@@ -74,7 +77,21 @@ def _keep_checked_at(current: Mapping[str, Any], new: dict[str, Any]) -> dict[st
     return new
 
 
-def _speculative(spec: KimiK3DeploymentSpec, current: Mapping[str, Any]) -> dict[str, Any]:
+def _speculative(
+    spec: KimiK3DeploymentSpec,
+    current: Mapping[str, Any],
+    override: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    if override is not None:
+        section = dict(current) if current.get("method") == override.get("method") else {}
+        section.update(
+            {
+                "method": str(override.get("method", "")),
+                "drafter": str(override.get("model", "")),
+                "autoPaired": False,
+            }
+        )
+        return section
     drafter = resolve_drafter(spec)
     if drafter is None:
         return {"method": "none"}

