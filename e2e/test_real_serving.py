@@ -58,6 +58,18 @@ def tiny_model(cluster: Cluster, namespace: str) -> Iterator[pathlib.Path]:
         capture_output=True,
     )
     cache_volume(cluster, namespace, "tiny-model", volume)
+    claim = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "tiny-model"},
+        "spec": {
+            "accessModes": ["ReadWriteMany"],
+            "storageClassName": "",
+            "volumeName": f"cache-{namespace}",
+            "resources": {"requests": {"storage": "1Gi"}},
+        },
+    }
+    cluster.apply(claim, namespace)
     yield volume
     cluster.kubectl("delete", "pv", f"cache-{namespace}", "--wait=false", check=False)
     shutil.rmtree(volume, ignore_errors=True)

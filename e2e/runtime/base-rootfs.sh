@@ -6,7 +6,7 @@
 # Cached by suite and package list; prints the tarball's path on its last line.
 set -euo pipefail
 suite=bookworm
-packages=python3,python3-pip,python3-venv,python-is-python3,ca-certificates,passwd
+packages=python3,python3-pip,python3-venv,python-is-python3,ca-certificates,passwd,libnuma1
 cache="${KIMIK3_CACHE:-$HOME/.cache/kimik3-operator}/images"
 key="$(printf '%s %s 2' "$suite" "$packages" | sha256sum | cut -c1-12)"
 out="$cache/rootfs-$suite-$key.tar"

@@ -20,7 +20,10 @@ import tarfile
 from typing import IO, Any
 
 DIST_PACKAGES = "usr/local/lib/python3.11/dist-packages"
-VLLM_COMMAND = b"#!/usr/bin/python3\nimport sys\nfrom vllm.entrypoints.cli.main import main\nsys.exit(main())\n"
+VLLM_COMMAND = (
+    b"#!/usr/bin/python3\nimport sys\n"
+    b"from vllm.entrypoints.cli.main import main\nsys.exit(main())\n"
+)
 
 
 class Hashing(io.RawIOBase):
@@ -96,14 +99,22 @@ def write_archive(ref: str, base: pathlib.Path, layer: pathlib.Path, diff_id: st
     with tarfile.open(fileobj=sys.stdout.buffer, mode="w|") as out:
         out.add(str(base), arcname=f"{base_id}/layer.tar")
         out.add(str(layer), arcname=f"{diff_id}/layer.tar.gz")
-        for name, data in ((config_name, config_bytes), ("manifest.json", json.dumps(manifest).encode())):
+        for name, data in (
+            (config_name, config_bytes),
+            ("manifest.json", json.dumps(manifest).encode()),
+        ):
             info = tarfile.TarInfo(name)
             info.size = len(data)
             out.addfile(info, io.BytesIO(data))
 
 
 def main(argv: list[str]) -> None:
-    ref, base, site, tmp = argv[1], pathlib.Path(argv[2]), pathlib.Path(argv[3]), pathlib.Path(argv[4])
+    ref, base, site, tmp = (
+        argv[1],
+        pathlib.Path(argv[2]),
+        pathlib.Path(argv[3]),
+        pathlib.Path(argv[4]),
+    )
     layer = tmp / f"layer-{os.getpid()}.tar.gz"
     try:
         diff_id = packages_layer(site, layer)
