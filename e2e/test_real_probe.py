@@ -69,7 +69,8 @@ def test_the_probe_runs_in_the_real_vllm_image(
                 "image": VLLM_IMAGE,
                 "env": [{"name": "HF_ENDPOINT", "value": hub.url}],
             },
-            "parallelism": {"tensor": 8},
+            # Two nodes per group, as the recorded report: a leader and a worker command line.
+            "parallelism": {"tensor": 16},
             "placement": {"jobs": node.placement()},
             "preflight": {"probe": True},
         }

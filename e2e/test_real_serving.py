@@ -88,6 +88,7 @@ def _serving_spec(node: RealNode) -> dict[str, Any]:
             "maxModelLen": 512,
             "extraArgs": ["--enforce-eager"],
             "env": [
+                {"name": "VLLM_TARGET_DEVICE", "value": "cpu"},
                 {"name": "VLLM_CPU_KVCACHE_SPACE", "value": "1"},
                 {"name": "VLLM_CACHE_ROOT", "value": "/tmp/vllm"},
                 {"name": "TORCHINDUCTOR_CACHE_DIR", "value": "/tmp/inductor"},

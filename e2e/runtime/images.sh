@@ -89,16 +89,20 @@ build_hub() {
 # docker archive straight into containerd (stream_image.py), whose root is in the cache:
 # buildah would copy the packages three times over first.
 build_vllm() {
-  local ref="$1" venv_script="$2" t0 venv site
+  local ref="$1" venv_script="$2" t0 venv site key stamp
   t0=$(date +%s)
-  if loaded "$ref"; then
+  key="$(inputs_key "$here/stream_image.py" "$root/scripts/$venv_script" "$here/base-rootfs.sh")"
+  stamp="$archives/$(echo "$ref" | tr '/:' '__').key"
+  if loaded "$ref" && [[ "$(cat "$stamp" 2>/dev/null)" == "$key" ]]; then
     echo "$ref: already in containerd"
     return 0
   fi
+  ctr --address "$sock" -n k8s.io images rm "$ref" >/dev/null 2>&1 || true
   venv="$(bash "$root/scripts/$venv_script" | tail -1)"
   site="$("$venv" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
   python3 "$here/stream_image.py" "$ref" "$(bash "$here/base-rootfs.sh")" "$site" "$archives" \
     | ctr --address "$sock" -n k8s.io images import - >/dev/null
+  echo "$key" > "$stamp"
   echo "$ref: built and loaded in $(( $(date +%s) - t0 ))s"
 }
 

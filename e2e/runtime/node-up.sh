@@ -37,13 +37,15 @@ running() { [[ -f "$run/$1.pid" ]] && kill -0 "$(cat "$run/$1.pid")" 2>/dev/null
 if ! ip link show "$BRIDGE" >/dev/null 2>&1; then
   ip link add "$BRIDGE" type bridge
 fi
-ip addr show dev "$BRIDGE" | grep -q "inet $node_ip/" || ip addr add "$node_ip/24" dev "$BRIDGE"
+# (Captured first: with pipefail, `ip ... | grep -q` fails whenever grep stops reading early.)
+has_address() { [[ "$(ip addr show dev "$BRIDGE")" == *"inet $1/"* ]]; }
+has_address "$node_ip" || ip addr add "$node_ip/24" dev "$BRIDGE"
 ip link set "$BRIDGE" up
 # Pods reach the API server at the address its `kubernetes` endpoints advertise (no service
 # proxy runs here): that address, held by the bridge, leads to the API server on this host.
 api_address="$(k get endpointslice -n default -l kubernetes.io/service-name=kubernetes \
   -o jsonpath='{.items[0].endpoints[0].addresses[0]}')"
-ip addr show dev "$BRIDGE" | grep -q "inet $api_address/" || ip addr add "$api_address/32" dev "$BRIDGE"
+has_address "$api_address" || ip addr add "$api_address/32" dev "$BRIDGE"
 mkdir -p "$state/cni"
 cat > "$state/cni/10-kimik3.conflist" <<CNI
 {

@@ -20,9 +20,11 @@ import tarfile
 from typing import IO, Any
 
 DIST_PACKAGES = "usr/local/lib/python3.11/dist-packages"
+# The guard matters: vLLM starts its engine with multiprocessing's spawn, which imports this.
 VLLM_COMMAND = (
     b"#!/usr/bin/python3\nimport sys\n"
-    b"from vllm.entrypoints.cli.main import main\nsys.exit(main())\n"
+    b"from vllm.entrypoints.cli.main import main\n"
+    b"if __name__ == '__main__':\n    sys.exit(main())\n"
 )
 
 
