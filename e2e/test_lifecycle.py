@@ -96,9 +96,11 @@ def test_text_dspark_becomes_an_available_two_node_group(
         "DRAFTER",
         "ACCEPT",
         "REASON",
+        "STARTUP",
         "AGE",
     ]
-    assert table[1].split()[:7] == ["k3", "True", "1", "16", "2", "dspark", "Available"]
+    # No traffic yet, so no acceptance: the row has one cell fewer than the header.
+    assert table[1].split()[:8] == ["k3", "True", "1", "16", "2", "dspark", "Available", "Ready"]
 
 
 def test_group_stays_in_one_topology_domain(
