@@ -49,6 +49,14 @@ def play(namespace: str, timeout: float = 60) -> str:
         time.sleep(0.5)
         pod = finished_probe_pod(namespace)
     report = json.dumps(json.loads(REPORT.read_text()), separators=(",", ":"))
+    name: str = pod["metadata"]["name"]
+    _kubectl(*terminated_patch(pod, report))
+    return name
+
+
+def terminated_patch(pod: dict[str, Any], message: str) -> list[str]:
+    """kubectl arguments that mark the pod's container Completed with ``message`` as its
+    termination message, as the kubelet would write it."""
     container = pod["spec"]["containers"][0]
     status = {
         "containerStatuses": [
@@ -58,23 +66,21 @@ def play(namespace: str, timeout: float = 60) -> str:
                 "imageID": "",
                 "ready": False,
                 "restartCount": 0,
-                "state": {"terminated": {"exitCode": 0, "reason": "Completed", "message": report}},
+                "state": {"terminated": {"exitCode": 0, "reason": "Completed", "message": message}},
             }
         ]
     }
-    name: str = pod["metadata"]["name"]
-    _kubectl(
+    return [
         "patch",
         "pod",
-        name,
+        pod["metadata"]["name"],
         "-n",
-        namespace,
+        pod["metadata"]["namespace"],
         "--subresource=status",
         "--type=merge",
         "-p",
         json.dumps({"status": status}),
-    )
-    return name
+    ]
 
 
 if __name__ == "__main__":

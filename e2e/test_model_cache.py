@@ -26,6 +26,7 @@ import pytest
 
 from e2e.conftest import RUN, Cluster, OperatorProcess, describe, kimi, wait_for
 from e2e.fake_hub import FakeHub
+from e2e.play_probe import terminated_patch
 from e2e.real_node import HUB_IMAGE, RealNode, build_images, start_real_node
 
 TARGET = "moonshotai/Kimi-K3"
@@ -236,37 +237,8 @@ def _play_download(cluster: Cluster, namespace: str, key: str, report: dict[str,
         return done[0] if done else None
 
     pod = wait_for(finished, 60, f"the download pod for {key} to finish")
-    container = pod["spec"]["containers"][0]
-    status = {
-        "containerStatuses": [
-            {
-                "name": container["name"],
-                "image": container["image"],
-                "imageID": "",
-                "ready": False,
-                "restartCount": 0,
-                "state": {
-                    "terminated": {
-                        "exitCode": 0,
-                        "reason": "Completed",
-                        "message": json.dumps(report),
-                    }
-                },
-            }
-        ]
-    }
+    cluster.kubectl(*terminated_patch(pod, json.dumps(report)))
     name: str = pod["metadata"]["name"]
-    cluster.kubectl(
-        "patch",
-        "pod",
-        name,
-        "-n",
-        namespace,
-        "--subresource=status",
-        "--type=merge",
-        "-p",
-        json.dumps({"status": status}),
-    )
     return name
 
 

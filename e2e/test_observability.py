@@ -66,6 +66,41 @@ class Prometheus:
         }
 
 
+def operator_job(port: int) -> dict[str, Any]:
+    """The operator's own metrics, its labels kept (they name the deployment)."""
+    return {
+        "job_name": "operator",
+        "honor_labels": True,
+        "static_configs": [{"targets": [f"127.0.0.1:{port}"]}],
+    }
+
+
+def start_prometheus(
+    work: pathlib.Path, scrape_configs: list[dict[str, Any]]
+) -> tuple[subprocess.Popen[bytes], Prometheus]:
+    """Debian's Prometheus on 127.0.0.1, scraping every second; the caller stops it."""
+    binary = shutil.which("prometheus")
+    assert binary, "Debian's prometheus package is needed (.ci/run installs it)"
+    work.mkdir(parents=True, exist_ok=True)
+    config = {
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "scrape_configs": scrape_configs,
+    }
+    (work / "prometheus.yml").write_text(yaml.safe_dump(config))
+    port = free_port()
+    process = subprocess.Popen(
+        [
+            binary,
+            f"--config.file={work / 'prometheus.yml'}",
+            f"--storage.tsdb.path={work}/data",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=(work / "log").open("w"),
+    )
+    return process, Prometheus(f"http://127.0.0.1:{port}")
+
+
 def expand(expr: str) -> str:
     """Grafana's variables as the test selects them: everything, a 30 s rate window."""
     for variable, value in (
@@ -172,8 +207,6 @@ def operator_metrics(leaders: dict[str, FakeLeader]) -> Iterator[int]:
 def prometheus(
     leaders: dict[str, FakeLeader], operator_metrics: int, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Prometheus]:
-    binary = shutil.which("prometheus")
-    assert binary, "Debian's prometheus package is needed (.ci/run installs it)"
     work = tmp_path_factory.mktemp("prometheus")
     targets = [
         {
@@ -182,30 +215,13 @@ def prometheus(
         }
         for name, leader in leaders.items()
     ]
-    config = {
-        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-        "scrape_configs": [
-            {"job_name": "vllm", "static_configs": targets},
-            {
-                "job_name": "operator",
-                "honor_labels": True,
-                "static_configs": [{"targets": [f"127.0.0.1:{operator_metrics}"]}],
-            },
-        ],
-    }
-    (work / "prometheus.yml").write_text(yaml.safe_dump(config))
-    port = free_port()
-    process = subprocess.Popen(
+    process, server = start_prometheus(
+        work,
         [
-            binary,
-            f"--config.file={work / 'prometheus.yml'}",
-            f"--storage.tsdb.path={work}/data",
-            f"--web.listen-address=127.0.0.1:{port}",
+            {"job_name": "vllm", "static_configs": targets},
+            operator_job(operator_metrics),
         ],
-        stdout=subprocess.DEVNULL,
-        stderr=(work / "log").open("w"),
     )
-    server = Prometheus(f"http://127.0.0.1:{port}")
     try:
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:

@@ -17,28 +17,11 @@ import pytest
 
 from e2e.conftest import ROOT, Cluster, OperatorProcess, describe, kimi, wait_for
 from e2e.fake_hub import FakeHub
+from e2e.k3_configs import DRAFTER_CONFIG, TARGET_CONFIG
 from e2e.real_node import SETTINGS, RealNode, build_images, start_real_node
 
 VLLM_IMAGE = SETTINGS["VLLM_IMAGE"]
 FIXTURE = ROOT / "operator" / "tests" / "fixtures" / "probe-report-vllm-0.33.0-nvidia.json"
-TARGET_CONFIG = {
-    "model_type": "kimi_k3",
-    "architectures": ["KimiLinearForCausalLM"],
-    "text_config": {
-        "model_type": "kimi_linear",
-        "num_attention_heads": 96,
-        "num_experts": 896,
-        "vocab_size": 163840,
-    },
-}
-DRAFTER_CONFIG = {
-    "architectures": ["K3DSparkModel"],
-    "model_type": "k3_dspark",
-    "vocab_size": 163840,
-    "draft_vocab_size": 163840,
-    "target_layer_ids": [2, 23, 47, 71, 89],
-    "num_target_layers": 5,
-}
 
 
 @pytest.fixture

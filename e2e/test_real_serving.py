@@ -23,12 +23,18 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-import yaml
 
 from e2e.conftest import ROOT, RUN, Cluster, OperatorProcess, describe, kimi, wait_for
 from e2e.real_node import SETTINGS, RealNode, build_images, start_real_node
 from e2e.test_model_cache import cache_volume
-from e2e.test_observability import DASHBOARDS, Prometheus, chart_rules, expand, free_port
+from e2e.test_observability import (
+    DASHBOARDS,
+    Prometheus,
+    chart_rules,
+    expand,
+    operator_job,
+    start_prometheus,
+)
 
 VLLM_CPU_IMAGE = SETTINGS["VLLM_CPU_IMAGE"]
 SPECULATIVE = {"method": "draft_model", "model": "/models/tiny", "num_speculative_tokens": 3}
@@ -129,45 +135,14 @@ def _complete(url: str, prompt: str) -> dict[str, Any]:
 def _prometheus(
     work: pathlib.Path, pod_ip: str, pod: str, namespace: str, operator_port: int
 ) -> tuple[Any, Prometheus]:
-    binary = shutil.which("prometheus")
-    assert binary, "Debian's prometheus package is needed"
-    config = {
-        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-        "scrape_configs": [
-            {
-                "job_name": "vllm",
-                "static_configs": [
-                    {
-                        "targets": [f"{pod_ip}:8000"],
-                        "labels": {
-                            "namespace": namespace,
-                            "app_kubernetes_io_instance": "k3",
-                            "pod": pod,
-                        },
-                    }
-                ],
-            },
-            {
-                "job_name": "operator",
-                "honor_labels": True,
-                "static_configs": [{"targets": [f"127.0.0.1:{operator_port}"]}],
-            },
-        ],
+    target = {
+        "targets": [f"{pod_ip}:8000"],
+        "labels": {"namespace": namespace, "app_kubernetes_io_instance": "k3", "pod": pod},
     }
-    work.mkdir(parents=True, exist_ok=True)
-    (work / "prometheus.yml").write_text(yaml.safe_dump(config))
-    port = free_port()
-    process = subprocess.Popen(
-        [
-            binary,
-            f"--config.file={work / 'prometheus.yml'}",
-            f"--storage.tsdb.path={work}/data",
-            f"--web.listen-address=127.0.0.1:{port}",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=(work / "log").open("w"),
+    return start_prometheus(
+        work,
+        [{"job_name": "vllm", "static_configs": [target]}, operator_job(operator_port)],
     )
-    return process, Prometheus(f"http://127.0.0.1:{port}")
 
 
 def test_a_real_vllm_serves_with_speculative_decoding(

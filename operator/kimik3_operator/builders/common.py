@@ -61,6 +61,18 @@ def with_spec_hash(manifest: dict[str, Any]) -> dict[str, Any]:
     return manifest
 
 
+def token_and_engine_env(spec: KimiK3DeploymentSpec) -> list[dict[str, Any]]:
+    """What every pod that reaches the Hub gets: the token, by reference only (its value never
+    passes through the operator), then spec.engine.env (a mirror in HF_ENDPOINT, a proxy)."""
+    env: list[dict[str, Any]] = []
+    ref = spec.model.hf_token_secret_ref
+    if ref is not None:
+        env.append(
+            {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}}
+        )
+    return env + [dict(e) for e in spec.engine.env]
+
+
 def job_placement(spec: KimiK3DeploymentSpec) -> dict[str, Any]:
     """Where the CPU-only Jobs (the image probe, the weight download) run: no GPU request,
     no GPU node selector; spec.placement.jobs when set."""

@@ -9,7 +9,7 @@ from kimik3_operator.api import constants as c
 from kimik3_operator.api import names
 from kimik3_operator.api.spec import KimiK3DeploymentSpec
 from kimik3_operator.builders.command import MODEL_MOUNT, Role, serve_args
-from kimik3_operator.builders.common import Owner, labels, metadata
+from kimik3_operator.builders.common import Owner, labels, metadata, token_and_engine_env
 from kimik3_operator.builders.health_probes import leader_probes
 from kimik3_operator.builders.model_cache import CACHE_MOUNT, HUB_CACHE, cache_claim_name
 from kimik3_operator.preflight.pairing import ResolvedDrafter
@@ -111,16 +111,7 @@ def _pod_template(
 
 def _env(spec: KimiK3DeploymentSpec) -> list[dict[str, Any]]:
     env: list[dict[str, Any]] = [{"name": "HF_HOME", "value": HF_HOME}]
-    ref = spec.model.hf_token_secret_ref
-    if ref is not None:
-        # Only the reference: the token's value never passes through the operator.
-        env.append(
-            {
-                "name": "HF_TOKEN",
-                "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}},
-            }
-        )
-    env += [dict(e) for e in spec.engine.env]
+    env += token_and_engine_env(spec)
     if spec.model.cache is not None:
         # The weights are in the cache, verified: read them there and never from the Hub.
         env += [

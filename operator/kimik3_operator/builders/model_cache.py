@@ -13,7 +13,13 @@ from typing import Any, Final
 from kimik3_operator.api import constants as c
 from kimik3_operator.api import names
 from kimik3_operator.api.spec import KimiK3DeploymentSpec, ModelCacheSpec
-from kimik3_operator.builders.common import Owner, job_placement, labels, metadata
+from kimik3_operator.builders.common import (
+    Owner,
+    job_placement,
+    labels,
+    metadata,
+    token_and_engine_env,
+)
 from kimik3_operator.preflight.pairing import resolve_drafter
 
 CACHE_MOUNT: Final = "/model-cache"
@@ -85,18 +91,11 @@ def build_download_config_map(owner: Owner) -> dict[str, Any]:
 
 
 def job_env(spec: KimiK3DeploymentSpec) -> list[dict[str, Any]]:
-    """The serving pods' environment (a mirror in HF_ENDPOINT, a proxy) and the token, by
-    reference only: its value never passes through the operator."""
     env: list[dict[str, Any]] = [
         {"name": "HF_HOME", "value": "/tmp/hf"},
         {"name": "HF_HUB_DISABLE_TELEMETRY", "value": "1"},
     ]
-    ref = spec.model.hf_token_secret_ref
-    if ref is not None:
-        env.append(
-            {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}}
-        )
-    env += [dict(e) for e in spec.engine.env]
+    env += token_and_engine_env(spec)
     env.append({"name": "HF_HUB_CACHE", "value": HUB_CACHE})
     return env
 

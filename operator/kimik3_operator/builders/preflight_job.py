@@ -18,7 +18,13 @@ from kimik3_operator.builders.command import (
     expanded_serve_args,
     model_location,
 )
-from kimik3_operator.builders.common import Owner, job_placement, labels, metadata
+from kimik3_operator.builders.common import (
+    Owner,
+    job_placement,
+    labels,
+    metadata,
+    token_and_engine_env,
+)
 from kimik3_operator.preflight.pairing import resolve_drafter
 from kimik3_operator.preflight.rules import TARGET_ARCHITECTURES
 
@@ -77,13 +83,7 @@ def build_probe_job(spec: KimiK3DeploymentSpec, owner: Owner) -> dict[str, Any]:
     key = probe_key(spec)
     pod_labels = {**labels(owner, c.COMPONENT_PREFLIGHT), c.PROBE_KEY_LABEL: key}
     env: list[dict[str, Any]] = [{"name": "HF_HOME", "value": "/tmp/hf"}]
-    ref = spec.model.hf_token_secret_ref
-    if ref is not None:
-        env.append(
-            {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}}
-        )
-    # The serving pods' environment: a Hub mirror (HF_ENDPOINT) or a proxy applies here too.
-    env += [dict(e) for e in spec.engine.env]
+    env += token_and_engine_env(spec)
     mounts: list[dict[str, Any]] = [{"name": "probe", "mountPath": SCRIPT_MOUNT, "readOnly": True}]
     volumes: list[dict[str, Any]] = [
         {"name": "probe", "configMap": {"name": names.probe_config_map(owner.name)}}

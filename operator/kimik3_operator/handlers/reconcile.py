@@ -127,6 +127,7 @@ def _reconcile(
         return result
 
     gate = _preflight(kube, spec, owner, body, result, clock)
+    override = speculative_override(body)
     lws_installed = _crd_exists(kube, c.LWS_CRD)
     cache: CacheState | None = None
     if lws_installed and gate.deploy:
@@ -138,7 +139,7 @@ def _reconcile(
                 owner,
                 pod_monitor_available=pod_monitor_installed,
                 weight_bytes=cache.bytes_total if cache is not None and cache.ready else None,
-                speculative_override=speculative_override(body),
+                speculative_override=override,
             )
             if cache is not None and not cache.ready:
                 # No serving pod before the weights are there; a running LeaderWorkerSet
@@ -206,7 +207,7 @@ def _reconcile(
         )
     observation = with_model_cache(gated_observation(observation, gate), cache)
     startup = startup_section(cache, pods, spec.replicas, observation.ready_replicas)
-    _write_status(kube, body, spec, observation, result, clock, gate, cache, startup)
+    _write_status(kube, body, spec, observation, result, clock, gate, cache, startup, override)
     return result
 
 
@@ -352,12 +353,11 @@ def _write_status(
     gate: Gate | None = None,
     cache: CacheState | None = None,
     startup: Mapping[str, Any] | None = None,
+    override: Mapping[str, Any] | None = None,
 ) -> None:
     meta = body["metadata"]
     current: Mapping[str, Any] = body.get("status") or {}
-    status = desired_status(
-        body, spec, observation, clock(), gate, cache, startup, speculative_override(body)
-    )
+    status = desired_status(body, spec, observation, clock(), gate, cache, startup, override)
     conditions = all_conditions(observation, gate)
     metrics.record_conditions(meta["namespace"], meta["name"], conditions)
     delta = status_delta(current, status)

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from e2e.k3_configs import DRAFTER_CONFIG, TARGET_CONFIG
 from kimik3_operator.api.spec import parse_spec
 from kimik3_operator.builders.preflight_job import probe_request
 from kimik3_operator.preflight.table import load_table
@@ -43,33 +44,9 @@ def configs(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
     """Small config.json files standing in for the checkpoints (no weights here)."""
     tmp = tmp_path_factory.mktemp("checkpoints")
     (tmp / "target").mkdir()
-    (tmp / "target" / "config.json").write_text(
-        json.dumps(
-            {
-                "model_type": "kimi_k3",
-                "architectures": ["KimiLinearForCausalLM"],
-                "text_config": {
-                    "model_type": "kimi_linear",
-                    "num_attention_heads": 96,
-                    "num_experts": 896,
-                    "vocab_size": 163840,
-                },
-            }
-        )
-    )
+    (tmp / "target" / "config.json").write_text(json.dumps(TARGET_CONFIG))
     (tmp / "drafter").mkdir()
-    (tmp / "drafter" / "config.json").write_text(
-        json.dumps(
-            {
-                "architectures": ["K3DSparkModel"],
-                "model_type": "k3_dspark",
-                "vocab_size": 163840,
-                "draft_vocab_size": 163840,
-                "target_layer_ids": [2, 23, 47, 71, 89],
-                "num_target_layers": 5,
-            }
-        )
-    )
+    (tmp / "drafter" / "config.json").write_text(json.dumps(DRAFTER_CONFIG))
     return tmp
 
 
