@@ -41,6 +41,21 @@ BAD_SPECS: list[tuple[str, dict[str, Any], str]] = [
         "engine.extraArgs sets a flag the operator generates",
     ),
     (
+        "owned-flag-underscores",
+        {"engine": {"extraArgs": ["--tensor_parallel_size=4"]}},
+        "engine.extraArgs sets a flag the operator generates",
+    ),
+    (
+        "owned-flag-dotted",
+        {"engine": {"extraArgs": ["--speculative-config.num_speculative_tokens=64"]}},
+        "engine.extraArgs sets a flag the operator generates",
+    ),
+    (
+        "owned-flag-abbreviated",
+        {"engine": {"extraArgs": ["--tensor-parallel=4"]}},
+        "engine.extraArgs sets a flag the operator generates",
+    ),
+    (
         "owned-flag-separate",
         {"engine": {"extraArgs": ["--speculative-config", "{}"]}},
         "engine.extraArgs sets a flag the operator generates",
@@ -84,6 +99,28 @@ def test_bad_spec_is_rejected_at_apply_naming_the_field(
     result = cluster.apply(kimi(case, **spec), namespace, check=False)
     assert result.returncode != 0, f"{case} was accepted"
     assert error in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize(
+    ("name", "error"),
+    [
+        ("k" * 50, "metadata.name may have at most 49 characters"),
+        ("k3.v2", "metadata.name must be a DNS-1035 label"),
+        ("3k", "metadata.name must be a DNS-1035 label"),
+    ],
+)
+def test_a_name_that_cannot_name_every_child_is_rejected(
+    cluster: Cluster, namespace: str, name: str, error: str
+) -> None:
+    result = cluster.apply(kimi(name), namespace, check=False)
+    assert result.returncode != 0, f"{name} was accepted"
+    assert error in result.stderr, result.stderr
+
+
+def test_the_longest_name_is_accepted(cluster: Cluster, namespace: str) -> None:
+    name = "k" * 49
+    cluster.apply(kimi(name, replicas=0), namespace)
+    cluster.kubectl("delete", "kk3d", name, "-n", namespace)
 
 
 def test_defaults_are_applied_by_the_api_server(cluster: Cluster, namespace: str) -> None:

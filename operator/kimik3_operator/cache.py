@@ -321,8 +321,13 @@ class CachedKube:
     ) -> list[Obj]:
         return self.store.list(kind, namespace, label_selector)
 
-    def apply(self, manifest: Mapping[str, Any]) -> Obj:
-        result = self.api.apply(manifest)
+    def get_uncached(
+        self, api_version: str, kind: str, name: str, namespace: str | None = None
+    ) -> Obj | None:
+        return self.api.get(api_version, kind, name, namespace)
+
+    def apply(self, manifest: Mapping[str, Any], force: bool = True) -> Obj:
+        result = self.api.apply(manifest, force)
         self.store.upsert(str(manifest["kind"]), result)
         return result
 

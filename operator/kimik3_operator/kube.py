@@ -61,7 +61,14 @@ class Kube(Protocol):
         field_selector: str = "",
     ) -> list[Obj]: ...
 
-    def apply(self, manifest: Mapping[str, Any]) -> Obj: ...
+    def get_uncached(
+        self, api_version: str, kind: str, name: str, namespace: str | None = None
+    ) -> Obj | None:
+        """From the API server itself: the watch caches hold only what the operator labels,
+        so an object of someone else's with a child's name is invisible to ``get``."""
+        ...
+
+    def apply(self, manifest: Mapping[str, Any], force: bool = True) -> Obj: ...
 
     def patch_status(
         self, api_version: str, kind: str, name: str, namespace: str, status: Mapping[str, Any]
@@ -142,6 +149,11 @@ class ApiKube:
             raise
         return result
 
+    def get_uncached(
+        self, api_version: str, kind: str, name: str, namespace: str | None = None
+    ) -> Obj | None:
+        return self.get(api_version, kind, name, namespace)
+
     def list(
         self,
         api_version: str,
@@ -159,7 +171,7 @@ class ApiKube:
         items: list[Obj] = result.get("items", []) or []
         return items
 
-    def apply(self, manifest: Mapping[str, Any]) -> Obj:
+    def apply(self, manifest: Mapping[str, Any], force: bool = True) -> Obj:
         meta = manifest["metadata"]
         path = resource_path(
             manifest["apiVersion"], manifest["kind"], meta.get("namespace"), meta["name"]
@@ -167,7 +179,7 @@ class ApiKube:
         result: Obj = self._call(
             "PATCH",
             path,
-            query=[("fieldManager", FIELD_MANAGER), ("force", "true")],
+            query=[("fieldManager", FIELD_MANAGER), ("force", "true" if force else "false")],
             body=dict(manifest),
             content_type="application/apply-patch+yaml",
         )

@@ -253,7 +253,7 @@ def observe(
             "https://github.com/kubernetes-sigs/lws/releases/download/v0.8.0/manifests.yaml, "
             "or its Helm chart), then the operator retries"
         )
-        return _blocked(Reason.LEADER_WORKER_SET_CRD_MISSING, message)
+        return blocked(Reason.LEADER_WORKER_SET_CRD_MISSING, message)
     size = spec.nodes_per_replica
     replicas = spec.replicas
     ready = group_readiness(pods, size, replicas, gone_nodes)
@@ -339,7 +339,7 @@ def _gaps(gaps: Sequence[str], limit: int = 4) -> str:
     return "; " + "; ".join(gaps[:limit]) + more
 
 
-def _blocked(reason: str, message: str) -> Observation:
+def blocked(reason: str, message: str) -> Observation:
     return Observation(
         0,
         (
@@ -353,4 +353,4 @@ def _blocked(reason: str, message: str) -> Observation:
 
 
 def invalid_spec(message: str) -> Observation:
-    return _blocked(Reason.INVALID_SPEC, message)
+    return blocked(Reason.INVALID_SPEC, message)

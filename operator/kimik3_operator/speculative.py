@@ -7,6 +7,7 @@ windows (no drafts: no values, not zero) and a missing per-position series.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -17,6 +18,8 @@ DRAFTS = "vllm:spec_decode_num_drafts"
 DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens"
 ACCEPTED = "vllm:spec_decode_num_accepted_tokens"
 ACCEPTED_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos"
+# The CRD's maximum of drafter.numSpeculativeTokens: no position index beyond it is real.
+MAX_POSITIONS = 64
 
 
 @dataclass(frozen=True)
@@ -37,9 +40,11 @@ class Snapshot:
         return any(now < before for now, before in pairs)
 
 
-def parse_metrics(text: str, at: float) -> Snapshot | None:
+def parse_metrics(text: str, at: float, positions: int = MAX_POSITIONS) -> Snapshot | None:
     """The spec-decode counters of one leader (summed over engines and models), or None when
-    the leader exposes none (no drafter)."""
+    the leader exposes none (no drafter). Position indexes at or above ``positions`` (the
+    speculative token count) are ignored: the pod's answer is the user's to shape, and an
+    index of 30,000,000 would otherwise size every array after it."""
     totals = {DRAFTS: 0.0, DRAFT_TOKENS: 0.0, ACCEPTED: 0.0}
     per_position: dict[int, float] = {}
     seen = False
@@ -48,12 +53,14 @@ def parse_metrics(text: str, at: float) -> Snapshot | None:
             name = sample.name.removesuffix("_total")
             if sample.name.endswith("_created"):
                 continue
+            if not math.isfinite(sample.value) or sample.value < 0:
+                continue  # counters are finite and never negative
             if name in totals:
                 totals[name] += sample.value
                 seen = True
             elif name == ACCEPTED_PER_POS:
                 position = sample.labels.get("position", "")
-                if position.isdigit():
+                if position.isdigit() and len(position) <= 3 and int(position) < positions:
                     index = int(position)
                     per_position[index] = per_position.get(index, 0.0) + sample.value
     if not seen:

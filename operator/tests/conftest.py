@@ -74,6 +74,7 @@ class FakeKube:
     ) -> None:
         self.objects: dict[tuple[str, str, str | None, str], Obj] = {}
         self.writes: list[tuple[str, str, str]] = []
+        self.forced: list[bool] = []
         for name in crds:
             self.objects[("apiextensions.k8s.io/v1", "CustomResourceDefinition", None, name)] = {
                 "metadata": {"name": name}
@@ -109,8 +110,14 @@ class FakeKube:
                 out.append(copy.deepcopy(obj))
         return out
 
-    def apply(self, manifest: Mapping[str, Any]) -> Obj:
+    def get_uncached(
+        self, api_version: str, kind: str, name: str, namespace: str | None = None
+    ) -> Obj | None:
+        return self.get(api_version, kind, name, namespace)
+
+    def apply(self, manifest: Mapping[str, Any], force: bool = True) -> Obj:
         self.writes.append(("apply", manifest["kind"], manifest["metadata"]["name"]))
+        self.forced.append(force)
         obj = copy.deepcopy(dict(manifest))
         self.put(obj)
         return obj

@@ -79,6 +79,8 @@ class Reason:
     NODE_LOST: Final = "NodeLost"
     UNSCHEDULABLE: Final = "Unschedulable"
     APPLY_FAILED: Final = "ApplyFailed"
+    NAME_CONFLICT: Final = "NameConflict"
+    RECONCILE_FAILED: Final = "ReconcileFailed"
     PREFLIGHT_FAILED: Final = "PreflightFailed"
     WAITING_FOR_PREFLIGHT: Final = "WaitingForPreflight"
     # Preflight (CapabilitiesVerified, DrafterPaired) and the image probe
@@ -142,7 +144,8 @@ class Reason:
     NO_TRAFFIC: Final = "NoTraffic"
 
 
-# Flags the operator generates; extraArgs may not set them (the CRD rejects them too).
+# Flags the operator generates; extraArgs may not set them, in any spelling vLLM reads as
+# them (api/flags.py; the CRD rejects them too). --config reads more flags from a file.
 OWNED_FLAGS: Final = (
     "--model",
     "--served-model-name",
@@ -171,4 +174,5 @@ OWNED_FLAGS: Final = (
     "--spec-method",
     "--spec-model",
     "--spec-tokens",
+    "--config",
 )

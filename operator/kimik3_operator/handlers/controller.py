@@ -88,6 +88,8 @@ class Controller:
     informers: list[Informer] = field(default_factory=list)
     progress: DownloadProgress = field(default_factory=DownloadProgress)
     _stop: threading.Event = field(default_factory=threading.Event)
+    _scraping: set[Key] = field(default_factory=set)
+    _scrape_lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
         self.kube = CachedKube(self.api, self.store, background_events=True)
@@ -300,9 +302,30 @@ class Controller:
                     self.enqueue_all()
                 if now >= next_scrape:
                     next_scrape = now + self.settings.scrape_seconds
-                    list(pool.map(self._scrape, self.store.keys(c.KIND)))
+                    self.submit_scrapes(pool)
+
+    def submit_scrapes(self, pool: ThreadPoolExecutor) -> int:
+        """Hands each deployment's scrape to the pool and returns at once: a slow or hostile
+        leader holds one pool thread up to its fetch deadline, never this loop or another
+        deployment's scrape. A deployment whose last scrape still runs is skipped."""
+        submitted = 0
+        for key in self.store.keys(c.KIND):
+            with self._scrape_lock:
+                if key in self._scraping:
+                    continue
+                self._scraping.add(key)
+            pool.submit(self._scrape, key)
+            submitted += 1
+        return submitted
 
     def _scrape(self, key: Key) -> None:
+        try:
+            self._scrape_one(key)
+        finally:
+            with self._scrape_lock:
+                self._scraping.discard(key)
+
+    def _scrape_one(self, key: Key) -> None:
         body = self.store.get(c.KIND, *key)
         if body is None:
             return

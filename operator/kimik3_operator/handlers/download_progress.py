@@ -13,7 +13,8 @@ from typing import Any
 from kimik3_operator.api import constants as c
 from kimik3_operator.builders.model_cache import PROGRESS_PORT
 from kimik3_operator.handlers.locks import lock_for
-from kimik3_operator.handlers.speculation import Fetch, http_fetch
+from kimik3_operator.bounded_http import fetch as bounded_fetch
+from kimik3_operator.handlers.speculation import Fetch
 from kimik3_operator.kube import Kube
 from kimik3_operator.weights.state import progress_text
 
@@ -21,6 +22,41 @@ log = logging.getLogger(__name__)
 Key = tuple[str, str]
 ACTIVE_PHASES = ("Downloading", "Verifying")
 SMOOTHING = 0.5  # weight of the newest rate in the moving average
+PROGRESS_MAX_BYTES = 64 * 1024  # the download pod's answer is a few hundred bytes
+# Far above any checkpoint (1.6 TB), far below where a float loses integers.
+MAX_BYTES_COUNT = 2**50
+COUNTS = ("bytesTotal", "bytesDone", "verifiedBytes")
+
+
+def progress_fetch(url: str) -> str:
+    return bounded_fetch(url, max_bytes=PROGRESS_MAX_BYTES)
+
+
+def parse_progress(text: str) -> dict[str, Any]:
+    """The download pod's /progress answer, checked: an object, the byte counts whole numbers
+    in range, the phase a string. Anything else is a ValueError naming what is wrong (the
+    pod runs the user's image, so its answer is untrusted)."""
+    try:
+        report = json.loads(text)
+    except RecursionError:
+        raise ValueError("progress answer nests too deeply") from None
+    if not isinstance(report, dict):
+        raise ValueError(f"progress answer is a {type(report).__name__}, not an object")
+    checked: dict[str, Any] = {}
+    for name in COUNTS:
+        value = report.get(name, 0)
+        if value is None:
+            value = 0
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"progress {name}={value!r} is not a whole number")
+        if not 0 <= value <= MAX_BYTES_COUNT:
+            raise ValueError(f"progress {name}={value} is out of range")
+        checked[name] = value
+    phase = report.get("phase")
+    if phase is not None and not isinstance(phase, str):
+        raise ValueError(f"progress phase={phase!r} is not a string")
+    checked["phase"] = phase
+    return checked
 
 
 @dataclass(frozen=True)
@@ -61,7 +97,7 @@ def progress_fields(
 @dataclass
 class DownloadProgress:
     url_override: str = ""  # where pods have no network (the KWOK tests); {pod}, {namespace}
-    fetch: Fetch = http_fetch
+    fetch: Fetch = progress_fetch
     clock: Callable[[], float] = time.time
     samples: dict[Key, Sample] = field(default_factory=dict)
 
@@ -95,7 +131,7 @@ class DownloadProgress:
         if url is None:
             return False
         try:
-            report = json.loads(self.fetch(url))
+            report = parse_progress(self.fetch(url))
         except (OSError, ValueError) as exc:
             log.info(
                 "cannot read the download progress of %s/%s at %s: %s", namespace, name, url, exc

@@ -10,6 +10,7 @@ from kimik3_operator.api import constants as c
 from kimik3_operator.api.constants import ConditionType
 from kimik3_operator.conditions import Condition
 from kimik3_operator.kube import Kube, KubeError
+from kimik3_operator.redact import redact
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +48,7 @@ def build_event(body: Mapping[str, Any], condition: Condition, now: str) -> dict
         },
         "type": event_type(condition),
         "reason": condition.reason,
-        "message": f"{condition.type}={condition.status}: {condition.message}"[:1024],
+        "message": redact(f"{condition.type}={condition.status}: {condition.message}")[:1024],
         "source": {"component": c.OPERATOR_NAME},
         "reportingComponent": c.OPERATOR_NAME,
         "firstTimestamp": now,

@@ -14,6 +14,7 @@ from kimik3_operator.config import Settings
 from kimik3_operator.handlers.controller import Controller
 from kimik3_operator.handlers.speculation import Scraper
 from kimik3_operator.kube import ApiKube, Kube, KubeError
+from kimik3_operator.redact import install_log_redaction
 
 SETTINGS = Settings.from_env()
 CONTROLLERS: list[Controller] = []
@@ -53,6 +54,7 @@ class PeeringFollower(logging.Handler):
 
 @kopf.on.startup()
 def start(settings: kopf.OperatorSettings, **_: Any) -> None:
+    install_log_redaction()
     if SETTINGS.metrics_port:
         prometheus_client.start_http_server(SETTINGS.metrics_port, SETTINGS.metrics_address)
     settings.peering.priority = SETTINGS.priority

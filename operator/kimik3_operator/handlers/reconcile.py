@@ -39,7 +39,8 @@ from kimik3_operator.handlers.events import post_event
 from kimik3_operator.handlers.locks import lock_for
 from kimik3_operator.handlers.status import all_conditions, desired_status, status_delta
 from kimik3_operator.kube import Kube, KubeError, Obj
-from kimik3_operator.observe import GpuInventory, Observation, invalid_spec, observe
+from kimik3_operator.redact import redact
+from kimik3_operator.observe import GpuInventory, Observation, blocked, invalid_spec, observe
 from kimik3_operator.preflight.gate import Gate, evaluate, gated_observation
 from kimik3_operator.preflight.probe import ProbeState, probe_state
 from kimik3_operator.preflight.table import load_table
@@ -66,6 +67,70 @@ class NodeView(Protocol):
     ) -> GpuInventory: ...
 
     def has_node(self, name: str) -> bool: ...
+
+
+class NameConflict(Exception):
+    """Objects with a child's name that this resource does not control: never applied over."""
+
+    def __init__(self, objects: Sequence[str]) -> None:
+        self.objects = tuple(objects)
+        super().__init__(", ".join(self.objects))
+
+
+def controlled_by(obj: Mapping[str, Any], owner: Owner) -> bool:
+    refs = (obj.get("metadata") or {}).get("ownerReferences") or []
+    return any(
+        isinstance(ref, Mapping) and ref.get("controller") and ref.get("uid") == owner.uid
+        for ref in refs
+    )
+
+
+def _describe_controller(obj: Mapping[str, Any]) -> str:
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
+        if isinstance(ref, Mapping) and ref.get("controller"):
+            return f"controlled by {ref.get('kind')}/{ref.get('name')}"
+    return "not controlled by this KimiK3Deployment"
+
+
+def _live_or_conflict(kube: Kube, child: Mapping[str, Any], owner: Owner) -> Obj | None:
+    """The live child when this resource controls it, None when there is none; raises
+    NameConflict when an object of that name exists that it does not control."""
+    meta = child["metadata"]
+    args = (child["apiVersion"], child["kind"], meta["name"], meta["namespace"])
+    live = kube.get(*args)
+    if live is None:
+        # The caches hold only labelled objects: ask the API server before creating.
+        live = kube.get_uncached(*args)
+    if live is not None and not controlled_by(live, owner):
+        raise NameConflict([f"{child['kind']}/{meta['name']} ({_describe_controller(live)})"])
+    return live
+
+
+def check_names(
+    kube: Kube, children: Sequence[Mapping[str, Any]], owner: Owner
+) -> list[Obj | None]:
+    """The live object of each child (None: not there yet), or every conflict of the set
+    at once, before any of it is applied: no half deployment."""
+    found: list[str] = []
+    lives: list[Obj | None] = []
+    for child in children:
+        try:
+            lives.append(_live_or_conflict(kube, child, owner))
+        except NameConflict as err:
+            found.extend(err.objects)
+    if found:
+        raise NameConflict(found)
+    return lives
+
+
+def name_conflict(err: NameConflict) -> Observation:
+    objects = ", ".join(err.objects)
+    return blocked(
+        Reason.NAME_CONFLICT,
+        f"{objects} already exists in the namespace and is not this KimiK3Deployment's; the "
+        "operator changes nothing of it and creates nothing else. Rename this "
+        "KimiK3Deployment, or remove that object if it is unused",
+    )
 
 
 @dataclass
@@ -118,6 +183,11 @@ def _reconcile(
     meta = body["metadata"]
     owner = Owner(meta["name"], meta["namespace"], meta["uid"])
     result = ReconcileResult()
+    problem = names.name_error(owner.name)
+    if problem is not None:
+        result.invalid = True
+        _write_status(kube, body, None, invalid_spec(f"{problem}. No child was created."), result, clock)
+        return result
     try:
         spec = parse_spec(body.get("spec"))
     except SpecError as err:
@@ -125,51 +195,73 @@ def _reconcile(
         observation = invalid_spec(f"{err}. No child was created or changed.")
         _write_status(kube, body, None, observation, result, clock)
         return result
+    try:
+        return _deploy(kube, body, spec, owner, result, clock, nodes)
+    except NameConflict as err:
+        # Retried by the periodic resync; a user's change of the name reconciles at once.
+        _write_status(kube, body, spec, name_conflict(err), result, clock)
+        return result
+    except Exception as exc:
+        # Whatever step failed (the probe Job, the cache, the children), the user reads it in
+        # the status; the controller retries with backoff.
+        _write_status(kube, body, spec, step_failed(exc), result, clock)
+        raise
 
+
+def step_failed(exc: Exception) -> Observation:
+    if isinstance(exc, KubeError):
+        reason, what = Reason.APPLY_FAILED, f"writing a child failed: {exc}"
+    else:
+        reason, what = Reason.RECONCILE_FAILED, f"the reconcile failed: {type(exc).__name__}"
+        if str(exc):
+            what += f": {exc}"
+    message = redact(f"{what[:600]}; the operator retries")
+    return Observation(
+        0, (Condition(ConditionType.DEGRADED, "True", reason, message),), reason
+    )
+
+
+def _deploy(
+    kube: Kube,
+    body: Mapping[str, Any],
+    spec: KimiK3DeploymentSpec,
+    owner: Owner,
+    result: ReconcileResult,
+    clock: Callable[[], str],
+    nodes: NodeView | None,
+) -> ReconcileResult:
     gate = _preflight(kube, spec, owner, body, result, clock)
     override = speculative_override(body)
     lws_installed = _crd_exists(kube, c.LWS_CRD)
     cache: CacheState | None = None
     if lws_installed and gate.deploy:
         pod_monitor_installed = _crd_exists(kube, c.PODMONITOR_CRD)
-        try:
-            cache = _model_cache(kube, spec, owner, body, result)
-            children = build_children(
-                spec,
+        # Every name first, so a conflict leaves nothing half made.
+        check_names(
+            kube, build_children(spec, owner, pod_monitor_available=pod_monitor_installed), owner
+        )
+        cache = _model_cache(kube, spec, owner, body, result)
+        children = build_children(
+            spec,
+            owner,
+            pod_monitor_available=pod_monitor_installed,
+            weight_bytes=cache.bytes_total if cache is not None and cache.ready else None,
+            speculative_override=override,
+        )
+        if cache is not None and not cache.ready:
+            # No serving pod before the weights are there; a running LeaderWorkerSet
+            # keeps serving its revision until the new one is in the cache.
+            children = [ch for ch in children if ch["kind"] != "LeaderWorkerSet"]
+        _apply_children(kube, children, owner, result)
+        if pod_monitor_installed and not any(ch["kind"] == "PodMonitor" for ch in children):
+            _delete_owned(
+                kube,
+                f"{c.MONITORING_GROUP}/v1",
+                "PodMonitor",
+                names.pod_monitor(owner.name),
                 owner,
-                pod_monitor_available=pod_monitor_installed,
-                weight_bytes=cache.bytes_total if cache is not None and cache.ready else None,
-                speculative_override=override,
+                result,
             )
-            if cache is not None and not cache.ready:
-                # No serving pod before the weights are there; a running LeaderWorkerSet
-                # keeps serving its revision until the new one is in the cache.
-                children = [ch for ch in children if ch["kind"] != "LeaderWorkerSet"]
-            _apply_children(kube, children, result)
-            if pod_monitor_installed and not any(ch["kind"] == "PodMonitor" for ch in children):
-                _delete_owned(
-                    kube,
-                    f"{c.MONITORING_GROUP}/v1",
-                    "PodMonitor",
-                    names.pod_monitor(owner.name),
-                    owner,
-                    result,
-                )
-        except KubeError as exc:
-            observation = Observation(
-                0,
-                (
-                    Condition(
-                        ConditionType.DEGRADED,
-                        "True",
-                        Reason.APPLY_FAILED,
-                        f"applying the children failed: {exc}; the operator retries",
-                    ),
-                ),
-                Reason.APPLY_FAILED,
-            )
-            _write_status(kube, body, spec, observation, result, clock, gate)
-            raise
     lws = (
         kube.get(LWS_API, "LeaderWorkerSet", names.leader_worker_set(owner.name), owner.namespace)
         if lws_installed
@@ -237,6 +329,7 @@ def _preflight(
             with_spec_hash(build_probe_config_map(owner)),
             with_spec_hash(build_probe_job(spec, owner)),
         ],
+        owner,
         result,
     )
     job = kube.get("batch/v1", "Job", names.preflight_job(owner.name, key), owner.namespace)
@@ -275,10 +368,10 @@ def _model_cache(
     stored = (body.get("status") or {}).get("modelCache") or {}
     claim_manifest = build_cache_claim(spec, owner)
     if claim_manifest is not None:
-        _create_missing(kube, [with_spec_hash(claim_manifest)], result)
+        _create_missing(kube, [with_spec_hash(claim_manifest)], owner, result)
     if not (stored.get("key") == key and stored.get("phase") == "Ready"):
-        _apply_children(kube, [with_spec_hash(build_download_config_map(owner))], result)
-        _create_missing(kube, [with_spec_hash(build_download_job(spec, owner))], result)
+        _apply_children(kube, [with_spec_hash(build_download_config_map(owner))], owner, result)
+        _create_missing(kube, [with_spec_hash(build_download_job(spec, owner))], owner, result)
     _delete_other_downloads(kube, owner, key, result)
     return cache_state(
         key=key,
@@ -291,13 +384,15 @@ def _model_cache(
     )
 
 
-def _create_missing(kube: Kube, manifests: Sequence[Obj], result: ReconcileResult) -> None:
+def _create_missing(
+    kube: Kube, manifests: Sequence[Obj], owner: Owner, result: ReconcileResult
+) -> None:
     """For children whose spec is immutable once made (a Job's pods, a claim's volume)."""
-    for manifest in manifests:
+    for manifest, live in zip(manifests, check_names(kube, manifests, owner), strict=True):
         meta = manifest["metadata"]
-        if kube.get(manifest["apiVersion"], manifest["kind"], meta["name"], meta["namespace"]):
+        if live is not None:
             continue
-        kube.apply(manifest)
+        kube.apply(manifest, force=False)
         result.applied.append(f"{manifest['kind']}/{meta['name']}")
 
 
@@ -322,12 +417,15 @@ def _pods(kube: Kube, owner: Owner) -> list[Obj]:
     return kube.list("v1", "Pod", owner.namespace, label_selector=selector)
 
 
-def _apply_children(kube: Kube, children: Sequence[Obj], result: ReconcileResult) -> None:
-    for child in children:
+def _apply_children(
+    kube: Kube, children: Sequence[Obj], owner: Owner, result: ReconcileResult
+) -> None:
+    """Applies what changed; forces only over objects this resource controls, and creates
+    without force, so a field another manager holds is a conflict, never taken over."""
+    for child, live in zip(children, check_names(kube, children, owner), strict=True):
         meta = child["metadata"]
-        live = kube.get(child["apiVersion"], child["kind"], meta["name"], meta["namespace"])
         if needs_apply(child, live):
-            kube.apply(child)
+            kube.apply(child, force=live is not None)
             result.applied.append(f"{child['kind']}/{meta['name']}")
 
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import logging
 import time
-import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from kimik3_operator import metrics
+from kimik3_operator.bounded_http import fetch as bounded_fetch
 from kimik3_operator.api import constants as c
 from kimik3_operator.api.constants import ConditionType, Reason
 from kimik3_operator.api.spec import SpecError, parse_spec
@@ -19,7 +19,9 @@ from kimik3_operator.handlers.events import post_event
 from kimik3_operator.handlers.locks import lock_for
 from kimik3_operator.kube import Kube, Obj
 from kimik3_operator.observe import pod_ready
+from kimik3_operator.preflight.pairing import resolve_drafter
 from kimik3_operator.speculative import (
+    MAX_POSITIONS,
     Acceptance,
     LeaderWindow,
     Thresholds,
@@ -33,9 +35,8 @@ Fetch = Callable[[str], str]
 
 
 def http_fetch(url: str) -> str:
-    with urllib.request.urlopen(url, timeout=5) as response:
-        body: bytes = response.read()
-        return body.decode("utf-8", errors="replace")
+    """A leader's /metrics: vLLM's exposition is tens of KiB; 4 MiB and 5 s are ample."""
+    return bounded_fetch(url)
 
 
 def effective_condition(acceptance: Acceptance, minimum: float, window_seconds: float) -> Condition:
@@ -135,6 +136,12 @@ class Scraper:
         if spec.drafter.method == "none":
             self.forget(namespace, name)
             return False
+        drafter = resolve_drafter(spec)
+        positions = (
+            drafter.num_speculative_tokens
+            if drafter is not None and drafter.num_speculative_tokens
+            else MAX_POSITIONS
+        )
         tracker = self.trackers.setdefault((namespace, name), Tracker())
         selector = (
             f"{c.LABEL_INSTANCE}={name},{c.LABEL_COMPONENT}={c.COMPONENT_LEADER},"
@@ -151,8 +158,8 @@ class Scraper:
             try:
                 if url is None:
                     raise OSError("no pod IP")
-                snapshot = parse_metrics(self.fetch(url), now)
-            except (OSError, ValueError) as exc:
+                snapshot = parse_metrics(self.fetch(url), now, positions)
+            except (OSError, ValueError, RecursionError) as exc:
                 log.info("cannot read %s of %s/%s: %s", url, namespace, pod_name, exc)
                 unreachable.append(pod_name)
                 continue

@@ -14,6 +14,7 @@ from kimik3_operator.conditions import Condition, set_condition
 from kimik3_operator.observe import Observation
 from kimik3_operator.preflight.gate import Gate
 from kimik3_operator.preflight.pairing import resolve_drafter
+from kimik3_operator.redact import redact_tree
 from kimik3_operator.weights.state import CacheState, cache_section
 
 
@@ -60,7 +61,9 @@ def desired_status(
         status["startup"] = dict(startup)
     if gate is not None:
         status["capabilities"] = _keep_checked_at(current.get("capabilities") or {}, gate.status)
-    return status
+    # The probe's errors and the messages quote the user's env (a mirror, a proxy).
+    cleaned: dict[str, Any] = redact_tree(status)
+    return cleaned
 
 
 def all_conditions(observation: Observation, gate: Gate | None) -> tuple[Condition, ...]:

@@ -9,7 +9,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from kimik3_operator.api.constants import OWNED_FLAGS, ConditionType, Reason
+from kimik3_operator.api.constants import ConditionType, Reason
+from kimik3_operator.api.flags import owned_flag
 from kimik3_operator.api.spec import EAGLE3_FAMILY, KimiK3DeploymentSpec
 from kimik3_operator.preflight.drafter_methods import judge, methods_that_load
 from kimik3_operator.preflight.facts import DrafterFacts, TargetFacts
@@ -418,14 +419,16 @@ def check_experts(ctx: Context) -> Iterable[Finding]:
 
 def check_extra_args(ctx: Context) -> Iterable[Finding]:
     for i, arg in enumerate(ctx.spec.engine.extra_args):
-        if arg.split("=", 1)[0] in OWNED_FLAGS:
+        flag = owned_flag(arg)
+        if flag is not None:
             yield Finding(
                 "extra-args",
                 "Fail",
                 Reason.EXTRA_ARGS_OVERRIDE_OWNED_FLAG,
                 (
-                    f"spec.engine.extraArgs[{i}]={arg!r} overrides a flag the operator generates; "
-                    "use the matching spec field instead"
+                    f"spec.engine.extraArgs[{i}]={arg[:200]!r} sets {flag}, which the operator "
+                    "generates (vLLM reads _ as -, --flag.key=value as --flag, and "
+                    "abbreviations); use the matching spec field instead"
                 ),
             )
             return
