@@ -75,6 +75,7 @@ class FakeKube:
         self.objects: dict[tuple[str, str, str | None, str], Obj] = {}
         self.writes: list[tuple[str, str, str]] = []
         self.forced: list[bool] = []
+        self.uids = 100
         for name in crds:
             self.objects[("apiextensions.k8s.io/v1", "CustomResourceDefinition", None, name)] = {
                 "metadata": {"name": name}
@@ -119,6 +120,12 @@ class FakeKube:
         self.writes.append(("apply", manifest["kind"], manifest["metadata"]["name"]))
         self.forced.append(force)
         obj = copy.deepcopy(dict(manifest))
+        meta = obj["metadata"]
+        live = self.objects.get((obj["apiVersion"], obj["kind"], meta.get("namespace"), meta["name"]))
+        # Like the API server: a new object gets a uid, an existing one keeps its own.
+        self.uids += live is None
+        uid = ((live or {}).get("metadata") or {}).get("uid") or f"uid-{self.uids}"
+        meta.setdefault("uid", uid)
         self.put(obj)
         return obj
 

@@ -461,3 +461,56 @@ def test_status_view_draws_the_download() -> None:
     assert "Model cache: Downloading in k3-model-cache" in text
     assert "25.0%  425.0 of 1700.0 GB  500 MB/s  about 42m30s left" in text
     assert "██████████" in text
+
+
+def test_a_replaced_claim_is_an_empty_volume_filled_again_before_serving(
+    kube: FakeKube,
+) -> None:
+    """The claim deleted and made anew (a new uid) while status.modelCache says Ready: the
+    cache is not Ready, the download runs again, and the LeaderWorkerSet is held at zero
+    groups, so no serving pod starts offline on the empty volume."""
+    body = resource(model=CACHE, replicas=2)
+    kube.put(body)
+    reconcile(kube, body, clock)
+    claim_key = ("v1", "PersistentVolumeClaim", "llm", "k3-model-cache")
+    kube.objects[claim_key]["metadata"].update(
+        {"uid": "claim-1", "creationTimestamp": "2026-12-01T00:00:00Z"}
+    )
+    job = next(o for k, o in kube.objects.items() if k[1] == "Job")
+    key = job["metadata"]["labels"]["serving.kimik3.io/cache-key"]
+    old_pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "dl-1",
+            "namespace": "llm",
+            "creationTimestamp": "2026-12-01T00:01:00Z",
+            "labels": {"serving.kimik3.io/cache-key": key},
+        },
+        "spec": {"nodeName": "cpu-1"},
+        "status": {"phase": "Succeeded", **_terminated({"phase": "Ready", "bytesTotal": 10})},
+    }
+    kube.put(old_pod)
+    reconcile(kube, kube.get(API, "KimiK3Deployment", "k3", "llm"), clock)
+    cache = kube.get(API, "KimiK3Deployment", "k3", "llm")["status"]["modelCache"]
+    assert (cache["phase"], cache["claimUID"]) == ("Ready", "claim-1")
+    lws = kube.get("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", "k3", "llm")
+    assert lws["spec"]["replicas"] == 2
+
+    # Someone deletes the claim; the operator makes a new one, which the API gives a new uid.
+    kube.delete("v1", "PersistentVolumeClaim", "k3-model-cache", "llm")
+    reconcile(kube, kube.get(API, "KimiK3Deployment", "k3", "llm"), clock)
+    kube.objects[claim_key]["metadata"].update(
+        {"uid": "claim-2", "creationTimestamp": "2026-12-02T00:00:00Z"}
+    )
+    result = reconcile(kube, kube.get(API, "KimiK3Deployment", "k3", "llm"), clock)
+    status = kube.get(API, "KimiK3Deployment", "k3", "llm")["status"]
+    assert status["modelCache"]["phase"] != "Ready"
+    assert status["modelCache"]["claimUID"] == "claim-2"
+    assert next(c for c in status["conditions"] if c["type"] == "ModelCached")["status"] != "True"
+    assert any(d.startswith("Job/k3-download-") for d in result.deleted), "filled again"
+    lws = kube.get("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", "k3", "llm")
+    assert lws["spec"]["replicas"] == 0, "held: no serving pod on an empty volume"
+    # Made again at once here; on the API server, once the deletion has gone through.
+    again = reconcile(kube, kube.get(API, "KimiK3Deployment", "k3", "llm"), clock)
+    assert any(a.startswith("Job/k3-download-") for a in result.applied + again.applied)

@@ -8,6 +8,7 @@ periodic resync.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -186,7 +187,9 @@ def _reconcile(
     problem = names.name_error(owner.name)
     if problem is not None:
         result.invalid = True
-        _write_status(kube, body, None, invalid_spec(f"{problem}. No child was created."), result, clock)
+        _write_status(
+            kube, body, None, invalid_spec(f"{problem}. No child was created."), result, clock
+        )
         return result
     try:
         spec = parse_spec(body.get("spec"))
@@ -216,9 +219,7 @@ def step_failed(exc: Exception) -> Observation:
         if str(exc):
             what += f": {exc}"
     message = redact(f"{what[:600]}; the operator retries")
-    return Observation(
-        0, (Condition(ConditionType.DEGRADED, "True", reason, message),), reason
-    )
+    return Observation(0, (Condition(ConditionType.DEGRADED, "True", reason, message),), reason)
 
 
 def _deploy(
@@ -242,13 +243,16 @@ def _deploy(
         )
         cache = _model_cache(kube, spec, owner, body, result)
         children = build_children(
-            spec,
+            # No serving pod may start on a replaced, empty volume, not even one LWS recreates.
+            dataclasses.replace(spec, replicas=0)
+            if cache is not None and cache.volume_replaced
+            else spec,
             owner,
             pod_monitor_available=pod_monitor_installed,
             weight_bytes=cache.bytes_total if cache is not None and cache.ready else None,
             speculative_override=override,
         )
-        if cache is not None and not cache.ready:
+        if cache is not None and not cache.ready and not cache.volume_replaced:
             # No serving pod before the weights are there; a running LeaderWorkerSet
             # keeps serving its revision until the new one is in the cache.
             children = [ch for ch in children if ch["kind"] != "LeaderWorkerSet"]
@@ -369,7 +373,15 @@ def _model_cache(
     claim_manifest = build_cache_claim(spec, owner)
     if claim_manifest is not None:
         _create_missing(kube, [with_spec_hash(claim_manifest)], owner, result)
-    if not (stored.get("key") == key and stored.get("phase") == "Ready"):
+    claim = kube.get("v1", "PersistentVolumeClaim", claim_name, owner.namespace)
+    claim_uid = ((claim or {}).get("metadata") or {}).get("uid")
+    replaced = bool(stored.get("claimUID")) and bool(claim_uid) and stored["claimUID"] != claim_uid
+    if replaced:
+        # A new, empty volume: the finished Job that filled the old one runs again.
+        job = kube.get("batch/v1", "Job", job_name, owner.namespace)
+        if job is not None and not (job.get("metadata") or {}).get("deletionTimestamp"):
+            _delete_owned(kube, "batch/v1", "Job", job_name, owner, result)
+    if replaced or not (stored.get("key") == key and stored.get("phase") == "Ready"):
         _apply_children(kube, [with_spec_hash(build_download_config_map(owner))], owner, result)
         _create_missing(kube, [with_spec_hash(build_download_job(spec, owner))], owner, result)
     _delete_other_downloads(kube, owner, key, result)
@@ -377,7 +389,7 @@ def _model_cache(
         key=key,
         claim_name=claim_name,
         job_name=job_name,
-        claim=kube.get("v1", "PersistentVolumeClaim", claim_name, owner.namespace),
+        claim=claim,
         job=kube.get("batch/v1", "Job", job_name, owner.namespace),
         pods=kube.list("v1", "Pod", owner.namespace, label_selector=f"{c.CACHE_KEY_LABEL}={key}"),
         stored=stored,

@@ -30,6 +30,9 @@ class CacheState:
     job: str
     bytes_total: int = 0
     repos: tuple[Mapping[str, Any], ...] = field(default=())
+    claim_uid: str = ""
+    # The claim was deleted and made anew since the cache was Ready: an empty volume.
+    volume_replaced: bool = False
 
     @property
     def ready(self) -> bool:
@@ -77,10 +80,36 @@ def cache_state(
     """Where the cache for ``key`` stands. A Ready cache stays Ready through its status, so
     the Job's pods may be garbage-collected without a new download."""
 
-    def state(phase: CachePhase, reason: str, message: str, **more: Any) -> CacheState:
-        return CacheState(phase, reason, message, key, claim_name, job_name, **more)
+    claim_meta = (claim or {}).get("metadata") or {}
+    claim_uid = str(claim_meta.get("uid") or "")
+    recorded = stored.get("claimUID")
+    # A cache recorded before claim uids were (no claimUID) is taken as this claim's.
+    replaced = bool(recorded) and bool(claim_uid) and recorded != claim_uid
 
-    if stored.get("key") == key and stored.get("phase") == "Ready":
+    def state(phase: CachePhase, reason: str, message: str, **more: Any) -> CacheState:
+        return CacheState(
+            phase,
+            reason,
+            message,
+            key,
+            claim_name,
+            job_name,
+            claim_uid=claim_uid,
+            volume_replaced=replaced and phase != "Ready",
+            **more,
+        )
+
+    if claim is not None:
+        # Only a pod made after the claim can have filled this volume; reports from before
+        # it describe a volume that is gone.
+        since = _created(claim)
+        pods = [p for p in pods if not since or _created(p) >= since]
+    if (
+        stored.get("key") == key
+        and stored.get("phase") == "Ready"
+        and claim is not None
+        and not replaced
+    ):
         return state(
             "Ready",
             Reason.CACHE_READY,
@@ -187,6 +216,9 @@ def cache_section(cache: CacheState, stored: Mapping[str, Any]) -> dict[str, Any
         "job": cache.job,
         "message": cache.message,
     }
+    claim_uid = cache.claim_uid or stored.get("claimUID")
+    if claim_uid:
+        section["claimUID"] = claim_uid
     same_run = stored.get("key") == cache.key and cache.phase in ("Downloading", "Verifying")
     if same_run:
         section.update({k: stored[k] for k in PROGRESS_FIELDS if k in stored})
