@@ -121,7 +121,9 @@ class FakeKube:
         self.forced.append(force)
         obj = copy.deepcopy(dict(manifest))
         meta = obj["metadata"]
-        live = self.objects.get((obj["apiVersion"], obj["kind"], meta.get("namespace"), meta["name"]))
+        live = self.objects.get(
+            (obj["apiVersion"], obj["kind"], meta.get("namespace"), meta["name"])
+        )
         # Like the API server: a new object gets a uid, an existing one keeps its own.
         self.uids += live is None
         uid = ((live or {}).get("metadata") or {}).get("uid") or f"uid-{self.uids}"
@@ -143,7 +145,11 @@ class FakeKube:
         self.writes.append(("patch", kind, name))
         obj = self.objects[(api_version, kind, namespace, name)]
         for key, value in copy.deepcopy(dict(patch)).get("metadata", {}).items():
-            obj["metadata"][key] = value
+            held = obj["metadata"].get(key)
+            if isinstance(value, dict) and isinstance(held, dict):
+                held.update(value)  # a merge patch merges maps (labels, annotations)
+            else:
+                obj["metadata"][key] = value
         return copy.deepcopy(obj)
 
     def delete(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> None:

@@ -14,14 +14,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from conftest import FakeKube, resource
 from kimik3_operator.bounded_http import FetchError, fetch
 from kimik3_operator.config import Settings
 from kimik3_operator.handlers.controller import Controller
 from kimik3_operator.handlers.download_progress import parse_progress
 from kimik3_operator.handlers.speculation import Scraper
 from kimik3_operator.speculative import LeaderWindow, aggregate, parse_metrics
-
-from conftest import FakeKube, resource
 
 Handler = Callable[[BaseHTTPRequestHandler], None]
 
@@ -32,7 +31,7 @@ def serve() -> Iterator[Callable[[Handler], str]]:
 
     def start(handle: Handler) -> str:
         class Answer(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            def do_GET(self) -> None:
                 handle(self)
 
             def log_message(self, *args: object) -> None:
@@ -88,7 +87,7 @@ def test_a_server_that_drips_is_cut_at_the_deadline(serve: Callable[[Handler], s
             time.sleep(0.2)
 
     started = time.monotonic()
-    with pytest.raises(FetchError, match="within|deadline"):
+    with pytest.raises(FetchError, match=r"within|deadline"):
         fetch(serve(drip), deadline_seconds=1.0)
     assert time.monotonic() - started < 2.0
 

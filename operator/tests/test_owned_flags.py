@@ -37,8 +37,17 @@ def test_every_spelling_of_an_owned_flag_is_caught(arg: str, flag: str) -> None:
 
 @pytest.mark.parametrize(
     "arg",
-    ["--max-num-seqs", "5", "--moe-backend=marlin", "-O3", "--enable-prefix-caching",
-     "--compilation-config.level=3", "--chat-template", "x=--port", "--max-num-batched-tokens"],
+    [
+        "--max-num-seqs",
+        "5",
+        "--moe-backend=marlin",
+        "-O3",
+        "--enable-prefix-caching",
+        "--compilation-config.level=3",
+        "--chat-template",
+        "x=--port",
+        "--max-num-batched-tokens",
+    ],
 )
 def test_other_flags_and_values_pass(arg: str) -> None:
     assert owned_flag(arg) is None
@@ -52,9 +61,9 @@ ARG_ALPHABET = st.sampled_from(list("-_=.abcdefghijklmnopqrstuvwxyz0123456789"))
     st.one_of(
         st.text(ARG_ALPHABET, max_size=30),
         st.builds(
-            lambda flag, cut, tail: flag[: max(1, cut)].replace("-", "_")[:2]
-            + flag[2 : max(2, cut)]
-            + tail,
+            lambda flag, cut, tail: (
+                flag[: max(1, cut)].replace("-", "_")[:2] + flag[2 : max(2, cut)] + tail
+            ),
             st.sampled_from(OWNED_FLAGS),
             st.integers(0, 30),
             st.text(ARG_ALPHABET, max_size=8),

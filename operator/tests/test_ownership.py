@@ -21,8 +21,13 @@ def victim_service(owner_uid: str | None = None) -> dict[str, Any]:
     meta: dict[str, Any] = {"name": "k3", "namespace": "llm", "labels": {"team": "other"}}
     if owner_uid is not None:
         meta["ownerReferences"] = [
-            {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web", "uid": owner_uid,
-             "controller": True}
+            {
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "name": "web",
+                "uid": owner_uid,
+                "controller": True,
+            }
         ]
     return {
         "apiVersion": "v1",
@@ -65,8 +70,13 @@ def test_another_resources_leader_worker_set_is_not_taken(kube: FakeKube) -> Non
             "name": "k3",
             "namespace": "llm",
             "ownerReferences": [
-                {"apiVersion": API, "kind": "KimiK3Deployment", "name": "k3", "uid": "old-uid",
-                 "controller": True}
+                {
+                    "apiVersion": API,
+                    "kind": "KimiK3Deployment",
+                    "name": "k3",
+                    "uid": "old-uid",
+                    "controller": True,
+                }
             ],
         },
         "spec": {"replicas": 1},
@@ -112,8 +122,9 @@ def test_a_conflicting_probe_job_name_blocks_the_preflight(kube: FakeKube) -> No
     reconcile(kube, body, clock)
     job = next(o for (av, k, ns, n), o in kube.objects.items() if k == "Job")
     job["metadata"]["ownerReferences"] = []
-    kube.delete("v1", "ConfigMap", next(
-        n for (av, k, ns, n) in kube.objects if k == "ConfigMap"), "llm")
+    kube.delete(
+        "v1", "ConfigMap", next(n for (av, k, ns, n) in kube.objects if k == "ConfigMap"), "llm"
+    )
     kube.writes.clear()
     reconcile(kube, kube.get(API, "KimiK3Deployment", "k3", "llm") or {}, clock)
     assert [w for w in kube.writes if w[0] == "apply"] == []

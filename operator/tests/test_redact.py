@@ -40,8 +40,12 @@ def test_the_status_and_events_carry_no_credentials(kube: FakeKube) -> None:
     body = resource()
     body["status"] = {
         "conditions": [
-            {"type": "SpeculationEffective", "status": "Unknown", "reason": "X",
-             "message": f"via https://bob:{SECRET}@mirror.corp/"}
+            {
+                "type": "SpeculationEffective",
+                "status": "Unknown",
+                "reason": "X",
+                "message": f"via https://bob:{SECRET}@mirror.corp/",
+            }
         ]
     }
     kube.put(body)

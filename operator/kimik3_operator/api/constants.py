@@ -14,6 +14,8 @@ FIELD_MANAGER: Final = "kimik3-operator"
 SPEC_HASH_ANNOTATION: Final = f"{GROUP}/spec-hash"
 PROBE_KEY_LABEL: Final = f"{GROUP}/probe-key"
 CACHE_KEY_LABEL: Final = f"{GROUP}/cache-key"
+# On the probe Job: the report its pod gave, kept once read (the pod may be collected).
+PROBE_REPORT_ANNOTATION: Final = f"{GROUP}/probe-report"
 # Test-only: replaces the generated --speculative-config verbatim, unchecked by the preflight,
 # so the real-serving test can run a method vLLM's CPU build has on a stand-in model.
 TEST_SPECULATIVE_CONFIG_ANNOTATION: Final = f"{GROUP}/test-speculative-config"
@@ -81,6 +83,7 @@ class Reason:
     APPLY_FAILED: Final = "ApplyFailed"
     NAME_CONFLICT: Final = "NameConflict"
     RECONCILE_FAILED: Final = "ReconcileFailed"
+    STATUS_FIELD_IGNORED: Final = "StatusFieldIgnored"
     PREFLIGHT_FAILED: Final = "PreflightFailed"
     WAITING_FOR_PREFLIGHT: Final = "WaitingForPreflight"
     # Preflight (CapabilitiesVerified, DrafterPaired) and the image probe

@@ -34,6 +34,7 @@ from kimik3_operator.handlers.reconcile import reconcile
 from kimik3_operator.handlers.speculation import Scraper
 from kimik3_operator.informer import Informer, Obj
 from kimik3_operator.kube import Kube, KubeError
+from kimik3_operator.status_input import readable_status
 
 log = logging.getLogger(__name__)
 Key = tuple[str, str]
@@ -226,7 +227,10 @@ class Controller:
             # Free GPUs moved: a deployment waiting for them may fit now.
             for namespace, name in self.store.keys(c.KIND):
                 body = self.store.get(c.KIND, namespace, name) or {}
-                if (body.get("status") or {}).get("reason") == c.Reason.INSUFFICIENT_GPUS:
+                if (
+                    readable_status(body.get("status"))[0].get("reason")
+                    == c.Reason.INSUFFICIENT_GPUS
+                ):
                     self._enqueue((namespace, name))
             if nodes and event == "DELETED":
                 # A group on a node that is gone is down now, not after the pod GC.

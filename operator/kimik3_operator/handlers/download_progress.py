@@ -11,11 +11,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kimik3_operator.api import constants as c
+from kimik3_operator.bounded_http import fetch as bounded_fetch
 from kimik3_operator.builders.model_cache import PROGRESS_PORT
 from kimik3_operator.handlers.locks import lock_for
-from kimik3_operator.bounded_http import fetch as bounded_fetch
 from kimik3_operator.handlers.speculation import Fetch
 from kimik3_operator.kube import Kube
+from kimik3_operator.status_input import readable_status
 from kimik3_operator.weights.state import progress_text
 
 log = logging.getLogger(__name__)
@@ -115,7 +116,7 @@ class DownloadProgress:
         """True when status.modelCache was written."""
         meta = body["metadata"]
         namespace, name = meta["namespace"], meta["name"]
-        stored = (body.get("status") or {}).get("modelCache") or {}
+        stored = readable_status(body.get("status"))[0].get("modelCache") or {}
         if stored.get("phase") not in ACTIVE_PHASES:
             self.forget(namespace, name)
             return False
@@ -146,7 +147,7 @@ class DownloadProgress:
             return False
         with lock_for(namespace, name):
             fresh = kube.get(c.API_VERSION, c.KIND, name, namespace)
-            current = ((fresh or {}).get("status") or {}).get("modelCache") or {}
+            current = readable_status((fresh or {}).get("status"))[0].get("modelCache") or {}
             if fresh is None or current.get("key") != stored.get("key"):
                 return False
             kube.patch_status(c.API_VERSION, c.KIND, name, namespace, {"modelCache": section})

@@ -40,11 +40,12 @@ from kimik3_operator.handlers.events import post_event
 from kimik3_operator.handlers.locks import lock_for
 from kimik3_operator.handlers.status import all_conditions, desired_status, status_delta
 from kimik3_operator.kube import Kube, KubeError, Obj
-from kimik3_operator.redact import redact
 from kimik3_operator.observe import GpuInventory, Observation, blocked, invalid_spec, observe
 from kimik3_operator.preflight.gate import Gate, evaluate, gated_observation
-from kimik3_operator.preflight.probe import ProbeState, probe_state
+from kimik3_operator.preflight.probe import ProbeState, probe_state, report_state
 from kimik3_operator.preflight.table import load_table
+from kimik3_operator.redact import redact
+from kimik3_operator.status_input import with_readable_status
 from kimik3_operator.weights.state import (
     CacheState,
     cache_state,
@@ -70,7 +71,7 @@ class NodeView(Protocol):
     def has_node(self, name: str) -> bool: ...
 
 
-class NameConflict(Exception):
+class NameConflictError(Exception):
     """Objects with a child's name that this resource does not control: never applied over."""
 
     def __init__(self, objects: Sequence[str]) -> None:
@@ -95,7 +96,7 @@ def _describe_controller(obj: Mapping[str, Any]) -> str:
 
 def _live_or_conflict(kube: Kube, child: Mapping[str, Any], owner: Owner) -> Obj | None:
     """The live child when this resource controls it, None when there is none; raises
-    NameConflict when an object of that name exists that it does not control."""
+    NameConflictError when an object of that name exists that it does not control."""
     meta = child["metadata"]
     args = (child["apiVersion"], child["kind"], meta["name"], meta["namespace"])
     live = kube.get(*args)
@@ -103,7 +104,7 @@ def _live_or_conflict(kube: Kube, child: Mapping[str, Any], owner: Owner) -> Obj
         # The caches hold only labelled objects: ask the API server before creating.
         live = kube.get_uncached(*args)
     if live is not None and not controlled_by(live, owner):
-        raise NameConflict([f"{child['kind']}/{meta['name']} ({_describe_controller(live)})"])
+        raise NameConflictError([f"{child['kind']}/{meta['name']} ({_describe_controller(live)})"])
     return live
 
 
@@ -117,14 +118,14 @@ def check_names(
     for child in children:
         try:
             lives.append(_live_or_conflict(kube, child, owner))
-        except NameConflict as err:
+        except NameConflictError as err:
             found.extend(err.objects)
     if found:
-        raise NameConflict(found)
+        raise NameConflictError(found)
     return lives
 
 
-def name_conflict(err: NameConflict) -> Observation:
+def name_conflict(err: NameConflictError) -> Observation:
     objects = ", ".join(err.objects)
     return blocked(
         Reason.NAME_CONFLICT,
@@ -156,6 +157,9 @@ def reconcile(
         fresh = kube.get(c.API_VERSION, c.KIND, meta["name"], meta["namespace"])
         if fresh is None or fresh.get("metadata", {}).get("deletionTimestamp"):
             return ReconcileResult()
+        fresh, dropped = with_readable_status(fresh)
+        if dropped:
+            _ignore_malformed_status(kube, fresh, dropped, clock)
         try:
             fresh = _drop_legacy_finalizer(kube, fresh)
             result = _reconcile(kube, fresh, clock, nodes)
@@ -164,6 +168,29 @@ def reconcile(
             raise
         metrics.RECONCILES.labels("invalid" if result.invalid else "ok").inc()
         return result
+
+
+def _ignore_malformed_status(
+    kube: Kube, body: Mapping[str, Any], dropped: Sequence[str], clock: Callable[[], str]
+) -> None:
+    """Status fields of the wrong type are read as absent, removed, and named in a Warning
+    event; the reconcile goes on and writes what it knows."""
+    meta = body["metadata"]
+    top = {path.split(".")[1].split("[")[0] for path in dropped if path.count(".") == 1}
+    if top:
+        removal: dict[str, Any] = {key: None for key in top}
+        kube.patch_status(c.API_VERSION, c.KIND, meta["name"], meta["namespace"], removal)
+    message = (
+        f"ignored {', '.join(dropped)}: not of the type the operator writes; the operator "
+        "writes these fields itself, nothing else should"
+    )
+    log.warning("%s/%s: %s", meta["namespace"], meta["name"], message)
+    post_event(
+        kube,
+        body,
+        Condition(ConditionType.DEGRADED, "True", Reason.STATUS_FIELD_IGNORED, message),
+        clock(),
+    )
 
 
 def _drop_legacy_finalizer(kube: Kube, body: Obj) -> Obj:
@@ -200,7 +227,7 @@ def _reconcile(
         return result
     try:
         return _deploy(kube, body, spec, owner, result, clock, nodes)
-    except NameConflict as err:
+    except NameConflictError as err:
         # Retried by the periodic resync; a user's change of the name reconciles at once.
         _write_status(kube, body, spec, name_conflict(err), result, clock)
         return result
@@ -323,10 +350,8 @@ def _preflight(
     if static.failed:
         return static
     key = probe_key(spec)
-    stored = ((body.get("status") or {}).get("capabilities") or {}).get("probe") or {}
-    if stored.get("key") == key and stored.get("report"):
-        state = ProbeState("Done", Reason.PROBED, "recorded", stored["report"])
-        return evaluate(spec, table, clock(), state, key)
+    # The verdict is read from the probe Job's pod every time, never from the status,
+    # which is not the operator's alone to write.
     _apply_children(
         kube,
         [
@@ -336,10 +361,36 @@ def _preflight(
         owner,
         result,
     )
-    job = kube.get("batch/v1", "Job", names.preflight_job(owner.name, key), owner.namespace)
-    pods = kube.list("v1", "Pod", owner.namespace, label_selector=f"{c.PROBE_KEY_LABEL}={key}")
-    state = probe_state(job, pods, spec.engine.image)
-    return evaluate(spec, table, clock(), state, key)
+    job_name = names.preflight_job(owner.name, key)
+    job = kube.get("batch/v1", "Job", job_name, owner.namespace)
+    kept = ((job or {}).get("metadata", {}).get("annotations") or {}).get(c.PROBE_REPORT_ANNOTATION)
+    if kept:
+        state = report_state(kept, spec.engine.image)
+    else:
+        pods = kube.list("v1", "Pod", owner.namespace, label_selector=f"{c.PROBE_KEY_LABEL}={key}")
+        state = probe_state(job, pods, spec.engine.image)
+        if state.phase == "Done" and job is not None:
+            # Kept on the Job, so the verdict outlives the pod's garbage collection.
+            text = json.dumps(state.report, separators=(",", ":"), sort_keys=True)
+            annotations = {c.PROBE_REPORT_ANNOTATION: text}
+            kube.patch(
+                "batch/v1",
+                "Job",
+                job_name,
+                owner.namespace,
+                {"metadata": {"annotations": annotations}},
+            )
+    try:
+        return evaluate(spec, table, clock(), state, key)
+    except (AttributeError, TypeError, KeyError, ValueError) as exc:
+        # A report of the right outline with the wrong things inside.
+        unreadable = ProbeState(
+            "Failed",
+            Reason.PROBE_FAILED,
+            f"the probe's report in {spec.engine.image} could not be read "
+            f"({type(exc).__name__}: {str(exc)[:200]})",
+        )
+        return evaluate(spec, table, clock(), unreadable, key)
 
 
 def speculative_override(body: Mapping[str, Any]) -> dict[str, Any] | None:

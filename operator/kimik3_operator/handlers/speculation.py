@@ -10,10 +10,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kimik3_operator import metrics
-from kimik3_operator.bounded_http import fetch as bounded_fetch
 from kimik3_operator.api import constants as c
 from kimik3_operator.api.constants import ConditionType, Reason
 from kimik3_operator.api.spec import SpecError, parse_spec
+from kimik3_operator.bounded_http import fetch as bounded_fetch
 from kimik3_operator.conditions import Condition, find, now_rfc3339, set_condition
 from kimik3_operator.handlers.events import post_event
 from kimik3_operator.handlers.locks import lock_for
@@ -29,6 +29,7 @@ from kimik3_operator.speculative import (
     parse_metrics,
     speculative_section,
 )
+from kimik3_operator.status_input import readable_status
 
 log = logging.getLogger(__name__)
 Fetch = Callable[[str], str]
@@ -193,7 +194,7 @@ class Scraper:
         unreachable: list[str],
         now: float,
     ) -> bool:
-        status = body.get("status") or {}
+        status, _ = readable_status(body.get("status"))
         section = speculative_section(
             status.get("speculative") or {},
             acceptance,

@@ -21,6 +21,59 @@ class ProbeState:
     report: dict[str, Any] | None = None
 
 
+# The report's top-level fields the preflight reads, and the JSON type each must have.
+REPORT_SHAPES: dict[str, type | tuple[type, ...]] = {
+    "architectures": dict,
+    "drafters": dict,
+    "dspark": dict,
+    "serve": dict,
+    "speculative": dict,
+    "errors": list,
+    "vllmVersion": str,
+    "platform": str,
+    "fatal": str,
+    "checksAuxHiddenStatesOverPP": bool,
+    "targetConfig": (dict, type(None)),
+    "drafterConfig": (dict, type(None)),
+}
+
+
+def report_problem(report: Any) -> str | None:
+    """Why a probe report cannot be read, or None. The probe runs in the user's image, so
+    its answer is checked like any other input."""
+    if not isinstance(report, dict):
+        return f"a JSON {type(report).__name__}, not an object"
+    for key, shape in REPORT_SHAPES.items():
+        if key in report and not isinstance(report[key], shape):
+            return f"{key} is a JSON {type(report[key]).__name__}"
+    for key in ("architectures", "drafters"):
+        for name, entry in (report.get(key) or {}).items():
+            if not isinstance(entry, dict):
+                return f"{key}.{name} is a JSON {type(entry).__name__}, not an object"
+    return None
+
+
+def report_state(text: str, image: str) -> ProbeState:
+    """The probe's verdict from its report (the pod's termination message, or the copy the
+    operator keeps on its Job)."""
+    try:
+        report = json.loads(text)
+    except (ValueError, RecursionError):
+        return ProbeState(
+            "Failed", Reason.PROBE_FAILED, f"the probe's report is not JSON: {text[:300]}"
+        )
+    problem = report_problem(report)
+    if problem is not None:
+        return ProbeState(
+            "Failed", Reason.PROBE_FAILED, f"the probe's report in {image} is malformed: {problem}"
+        )
+    if "fatal" in report:
+        return ProbeState(
+            "Failed", Reason.PROBE_FAILED, f"the probe failed in {image}: {report['fatal']}"
+        )
+    return ProbeState("Done", Reason.PROBED, f"vLLM {report.get('vllmVersion')} answered", report)
+
+
 def probe_state(
     job: Mapping[str, Any] | None, pods: Sequence[Mapping[str, Any]], image: str
 ) -> ProbeState:
@@ -43,23 +96,7 @@ def probe_state(
                 continue
             text = terminated.get("message") or ""
             if text:
-                try:
-                    report = json.loads(text)
-                except ValueError:
-                    return ProbeState(
-                        "Failed",
-                        Reason.PROBE_FAILED,
-                        f"the probe's report is not JSON: {text[:300]}",
-                    )
-                if "fatal" in report:
-                    return ProbeState(
-                        "Failed",
-                        Reason.PROBE_FAILED,
-                        f"the probe failed in {image}: {report['fatal']}",
-                    )
-                return ProbeState(
-                    "Done", Reason.PROBED, f"vLLM {report.get('vllmVersion')} answered", report
-                )
+                return report_state(text, image)
             if terminated.get("exitCode", 0) != 0:
                 return ProbeState(
                     "Failed",
