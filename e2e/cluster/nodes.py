@@ -28,7 +28,7 @@ def node(
         "memory": "1Ti",
         "pods": "110",
         "nvidia.com/gpu": str(gpus),
-        "ephemeral-storage": "2Ti",
+        "ephemeral-storage": "32Ti",  # eight pods that each download 1.7 TB
     }
     name = f"{prefix}-{index}"
     return {

@@ -154,7 +154,9 @@ def test_gpu_resources_shm_and_placement() -> None:
         pod = lws["spec"]["leaderWorkerTemplate"][role]
         c = container(pod)
         want = {"nvidia.com/gpu": 8, "cpu": "32", "memory": "512Gi"}
-        assert c["resources"] == {"requests": want, "limits": want}
+        # Each pod downloads the weights itself here: its disk is asked for.
+        asked = {**want, "ephemeral-storage": "1700000000000"}
+        assert c["resources"] == {"requests": asked, "limits": want}
         assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "32Gi"}} in (
             pod["spec"]["volumes"]
         )
@@ -279,3 +281,55 @@ def test_pairing_fills_the_known_drafter() -> None:
     assert resolve_drafter(spec_of(drafter={"method": "none"})) is None
     unknown = resolve_drafter(spec_of(model={"repo": "me/other"}))
     assert unknown is not None and unknown.repo == ""
+
+
+def _every_pod_spec(spec: Any) -> list[dict[str, Any]]:
+    from kimik3_operator.builders.model_cache import build_download_job
+    from kimik3_operator.builders.preflight_job import build_probe_job
+
+    owner = Owner("k3", "llm", "uid-1")
+    lws = lws_of(spec)
+    pods = [
+        lws["spec"]["leaderWorkerTemplate"][r]["spec"] for r in ("leaderTemplate", "workerTemplate")
+    ]
+    pods.append(build_probe_job(spec, owner)["spec"]["template"]["spec"])
+    pods.append(build_download_job(spec, owner)["spec"]["template"]["spec"])
+    return pods
+
+
+def test_every_pod_is_hardened() -> None:
+    """What checkov and kube-score ask of a pod: no token, seccomp, no escalation, no caps."""
+    spec = spec_of(model={"cache": {}})
+    for pod in _every_pod_spec(spec):
+        assert pod["automountServiceAccountToken"] is False
+        assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+        for c in pod["containers"]:
+            assert c["securityContext"] == {
+                "allowPrivilegeEscalation": False,
+                "capabilities": {"drop": ["ALL"]},
+            }
+            assert c["resources"]["requests"]["memory"], "never BestEffort"
+
+
+def test_serving_pods_ask_for_shared_memory_plus_headroom() -> None:
+    lws = lws_of(spec_of(resources={"sharedMemory": "64Gi"}))
+    c = container(lws["spec"]["leaderWorkerTemplate"]["leaderTemplate"])
+    assert c["resources"]["requests"]["memory"] == "96Gi"
+    assert "memory" not in c["resources"]["limits"], "a request, never an OOM limit by default"
+    lws = lws_of(spec_of(resources={"sharedMemory": "1500M"}))
+    c = container(lws["spec"]["leaderWorkerTemplate"]["leaderTemplate"])
+    assert c["resources"]["requests"]["memory"] == "34Gi"
+
+
+def test_only_pods_that_fetch_get_the_token() -> None:
+    token = {"hfTokenSecretRef": {"name": "hf"}}
+    cached = spec_of(model={"cache": {}, **token})
+    pods = _every_pod_spec(cached)
+    names = [[e["name"] for e in p["containers"][0].get("env", [])] for p in pods]
+    assert "HF_TOKEN" not in names[0] and "HF_TOKEN" not in names[1], "serving offline"
+    assert "HF_TOKEN" in names[2] and "HF_TOKEN" in names[3], "the probe and the download fetch"
+    fetching = lws_of(spec_of(model=token))
+    env = container(fetching["spec"]["leaderWorkerTemplate"]["leaderTemplate"])["env"]
+    assert "HF_TOKEN" in [e["name"] for e in env]
+    cache_disk = container(lws_of(cached)["spec"]["leaderWorkerTemplate"]["leaderTemplate"])
+    assert "ephemeral-storage" not in cache_disk["resources"]["requests"]

@@ -88,6 +88,15 @@ def errors(spec: KimiK3DeploymentSpec) -> list[SpecError]:
                 "set claimName to the PersistentVolumeClaim holding the weights",
             )
         )
+    if not QUANTITY.match(spec.resources.shared_memory):
+        found.append(
+            SpecError(
+                "spec.resources.sharedMemory",
+                spec.resources.shared_memory,
+                "is not a memory quantity",
+                'write it as 64Gi or "64G"',
+            )
+        )
     found += _cache_errors(spec)
     rollout: tuple[tuple[str, int | str], ...] = (
         ("maxSurge", spec.rollout.max_surge),

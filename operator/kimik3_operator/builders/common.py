@@ -61,12 +61,27 @@ def with_spec_hash(manifest: dict[str, Any]) -> dict[str, Any]:
     return manifest
 
 
-def token_and_engine_env(spec: KimiK3DeploymentSpec) -> list[dict[str, Any]]:
+def hardened(pod_spec: dict[str, Any]) -> dict[str, Any]:
+    """Every pod the operator makes: no API token (none of them calls the API server), the
+    runtime's default seccomp profile, and containers that cannot gain privileges and hold
+    no Linux capability (GPUs come through the device plugin, which needs none)."""
+    pod_spec["automountServiceAccountToken"] = False
+    pod_spec.setdefault("securityContext", {})["seccompProfile"] = {"type": "RuntimeDefault"}
+    for container in pod_spec.get("containers", []):
+        container["securityContext"] = {
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+        }
+    return pod_spec
+
+
+def token_and_engine_env(spec: KimiK3DeploymentSpec, fetches: bool = True) -> list[dict[str, Any]]:
     """What every pod that reaches the Hub gets: the token, by reference only (its value never
-    passes through the operator), then spec.engine.env (a mirror in HF_ENDPOINT, a proxy)."""
+    passes through the operator), then spec.engine.env (a mirror in HF_ENDPOINT, a proxy).
+    A pod that does not fetch (serving from the model cache, offline) gets no token."""
     env: list[dict[str, Any]] = []
     ref = spec.model.hf_token_secret_ref
-    if ref is not None:
+    if ref is not None and fetches:
         env.append(
             {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}}
         )

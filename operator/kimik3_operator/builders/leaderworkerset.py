@@ -3,18 +3,43 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from math import ceil
 from typing import Any
 
 from kimik3_operator.api import constants as c
 from kimik3_operator.api import names
 from kimik3_operator.api.spec import KimiK3DeploymentSpec
 from kimik3_operator.builders.command import MODEL_MOUNT, Role, serve_args
-from kimik3_operator.builders.common import Owner, labels, metadata, token_and_engine_env
-from kimik3_operator.builders.health_probes import leader_probes
+from kimik3_operator.builders.common import (
+    Owner,
+    hardened,
+    labels,
+    metadata,
+    token_and_engine_env,
+)
+from kimik3_operator.builders.health_probes import KIMI_K3_WEIGHT_BYTES, leader_probes
 from kimik3_operator.builders.model_cache import CACHE_MOUNT, HUB_CACHE, cache_claim_name
 from kimik3_operator.preflight.pairing import ResolvedDrafter
 
 CONTAINER_NAME = "vllm"
+GIB = 2**30
+# vLLM's host process beside the shared memory: the API server, tokenizer, CUDA context,
+# pinned staging buffers. The default memory request is sharedMemory plus this.
+MEMORY_HEADROOM_GIB = 32
+UNITS = (
+    ("Ki", 2**10),
+    ("Mi", 2**20),
+    ("Gi", 2**30),
+    ("Ti", 2**40),
+    ("Pi", 2**50),
+    ("Ei", 2**60),
+    ("k", 10**3),
+    ("M", 10**6),
+    ("G", 10**9),
+    ("T", 10**12),
+    ("P", 10**15),
+    ("E", 10**18),
+)
 PORT_NAME = "http"
 HF_HOME = "/cache/huggingface"
 
@@ -91,12 +116,14 @@ def _pod_template(
             {"name": PORT_NAME, "containerPort": spec.service.port, "protocol": "TCP"}
         ]
         container.update(leader_probes(spec, PORT_NAME, weight_bytes))
-    pod_spec: dict[str, Any] = {
-        "containers": [container],
-        "volumes": _volumes(spec, owner),
-        # Shard loading and NCCL teardown take a while; do not cut them short.
-        "terminationGracePeriodSeconds": 120,
-    }
+    pod_spec: dict[str, Any] = hardened(
+        {
+            "containers": [container],
+            "volumes": _volumes(spec, owner),
+            # Shard loading and NCCL teardown take a while; do not cut them short.
+            "terminationGracePeriodSeconds": 120,
+        }
+    )
     placement = spec.placement
     if placement.node_selector:
         pod_spec["nodeSelector"] = dict(placement.node_selector)
@@ -111,7 +138,8 @@ def _pod_template(
 
 def _env(spec: KimiK3DeploymentSpec) -> list[dict[str, Any]]:
     env: list[dict[str, Any]] = [{"name": "HF_HOME", "value": HF_HOME}]
-    env += token_and_engine_env(spec)
+    # With the model cache the pods read offline: the token stays with the download Job.
+    env += token_and_engine_env(spec, fetches=spec.model.cache is None)
     if spec.model.cache is not None:
         # The weights are in the cache, verified: read them there and never from the Hub.
         env += [
@@ -127,7 +155,29 @@ def _resources(spec: KimiK3DeploymentSpec) -> dict[str, Any]:
         amounts["cpu"] = spec.resources.cpu
     if spec.resources.memory:
         amounts["memory"] = spec.resources.memory
-    return {"requests": dict(amounts), "limits": dict(amounts)}
+    requests = dict(amounts)
+    if not spec.resources.memory:
+        # Never BestEffort (the first evicted) while holding a node's GPUs: the shared
+        # memory is charged to the pod, and vLLM's host process needs room besides. A request
+        # only, so page cache from reading the weights is never an OOM kill.
+        requests["memory"] = default_memory_request(spec.resources.shared_memory)
+    if spec.model.cache is None and spec.model.source.pvc is None:
+        # Each pod downloads every weight into its own emptyDir.
+        requests["ephemeral-storage"] = str(KIMI_K3_WEIGHT_BYTES)
+    return {"requests": requests, "limits": dict(amounts)}
+
+
+def default_memory_request(shared_memory: str) -> str:
+    """spec.resources.sharedMemory plus MEMORY_HEADROOM_GIB, in Gi."""
+    return f"{ceil(quantity_bytes(shared_memory) / GIB) + MEMORY_HEADROOM_GIB}Gi"
+
+
+def quantity_bytes(quantity: str) -> int:
+    """A Kubernetes memory quantity in bytes (the forms the CRD's pattern allows)."""
+    for suffix, factor in UNITS:
+        if quantity.endswith(suffix):
+            return int(float(quantity[: -len(suffix)]) * factor)
+    return int(float(quantity))
 
 
 def _volumes(spec: KimiK3DeploymentSpec, owner: Owner) -> list[dict[str, Any]]:

@@ -15,6 +15,7 @@ from kimik3_operator.api import names
 from kimik3_operator.api.spec import KimiK3DeploymentSpec, ModelCacheSpec
 from kimik3_operator.builders.common import (
     Owner,
+    hardened,
     job_placement,
     labels,
     metadata,
@@ -119,52 +120,54 @@ def build_download_job(spec: KimiK3DeploymentSpec, owner: Owner) -> dict[str, An
                 "metadata": {
                     "labels": {**labels(owner, c.COMPONENT_DOWNLOAD), c.CACHE_KEY_LABEL: key}
                 },
-                "spec": {
-                    "restartPolicy": "Never",
-                    **job_placement(spec),
-                    "containers": [
-                        {
-                            "name": "download",
-                            "image": spec.engine.image,
-                            "command": ["python3", f"{SCRIPT_MOUNT}/{SCRIPT_KEY}"],
-                            "args": [json.dumps(request, sort_keys=True)],
-                            "env": job_env(spec),
-                            "ports": [
-                                {
-                                    "name": "progress",
-                                    "containerPort": PROGRESS_PORT,
-                                    "protocol": "TCP",
-                                }
-                            ],
-                            "resources": {
-                                "requests": {"cpu": "1", "memory": "2Gi"},
-                                "limits": {"memory": "8Gi"},
+                "spec": hardened(
+                    {
+                        "restartPolicy": "Never",
+                        **job_placement(spec),
+                        "containers": [
+                            {
+                                "name": "download",
+                                "image": spec.engine.image,
+                                "command": ["python3", f"{SCRIPT_MOUNT}/{SCRIPT_KEY}"],
+                                "args": [json.dumps(request, sort_keys=True)],
+                                "env": job_env(spec),
+                                "ports": [
+                                    {
+                                        "name": "progress",
+                                        "containerPort": PROGRESS_PORT,
+                                        "protocol": "TCP",
+                                    }
+                                ],
+                                "resources": {
+                                    "requests": {"cpu": "1", "memory": "2Gi"},
+                                    "limits": {"memory": "8Gi"},
+                                },
+                                "volumeMounts": [
+                                    {"name": "script", "mountPath": SCRIPT_MOUNT, "readOnly": True},
+                                    {
+                                        "name": "model-cache",
+                                        "mountPath": CACHE_MOUNT,
+                                        "readOnly": read_only,
+                                    },
+                                ],
+                                "terminationMessagePolicy": "File",
+                            }
+                        ],
+                        "volumes": [
+                            {
+                                "name": "script",
+                                "configMap": {"name": names.download_config_map(owner.name)},
                             },
-                            "volumeMounts": [
-                                {"name": "script", "mountPath": SCRIPT_MOUNT, "readOnly": True},
-                                {
-                                    "name": "model-cache",
-                                    "mountPath": CACHE_MOUNT,
+                            {
+                                "name": "model-cache",
+                                "persistentVolumeClaim": {
+                                    "claimName": cache_claim_name(owner, cache),
                                     "readOnly": read_only,
                                 },
-                            ],
-                            "terminationMessagePolicy": "File",
-                        }
-                    ],
-                    "volumes": [
-                        {
-                            "name": "script",
-                            "configMap": {"name": names.download_config_map(owner.name)},
-                        },
-                        {
-                            "name": "model-cache",
-                            "persistentVolumeClaim": {
-                                "claimName": cache_claim_name(owner, cache),
-                                "readOnly": read_only,
                             },
-                        },
-                    ],
-                },
+                        ],
+                    }
+                ),
             },
         },
     }

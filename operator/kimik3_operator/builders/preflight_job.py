@@ -20,6 +20,7 @@ from kimik3_operator.builders.command import (
 )
 from kimik3_operator.builders.common import (
     Owner,
+    hardened,
     job_placement,
     labels,
     metadata,
@@ -108,26 +109,28 @@ def build_probe_job(spec: KimiK3DeploymentSpec, owner: Owner) -> dict[str, Any]:
             "activeDeadlineSeconds": DEADLINE_SECONDS,
             "template": {
                 "metadata": {"labels": pod_labels},
-                "spec": {
-                    "restartPolicy": "Never",
-                    **job_placement(spec),
-                    "containers": [
-                        {
-                            "name": "probe",
-                            "image": spec.engine.image,
-                            "command": ["python3", f"{SCRIPT_MOUNT}/{SCRIPT_KEY}"],
-                            "args": [json.dumps(probe_request(spec), sort_keys=True)],
-                            "env": env,
-                            "resources": {
-                                "requests": {"cpu": "1", "memory": "4Gi"},
-                                "limits": {"memory": "8Gi"},
-                            },
-                            "volumeMounts": mounts,
-                            "terminationMessagePolicy": "File",
-                        }
-                    ],
-                    "volumes": volumes,
-                },
+                "spec": hardened(
+                    {
+                        "restartPolicy": "Never",
+                        **job_placement(spec),
+                        "containers": [
+                            {
+                                "name": "probe",
+                                "image": spec.engine.image,
+                                "command": ["python3", f"{SCRIPT_MOUNT}/{SCRIPT_KEY}"],
+                                "args": [json.dumps(probe_request(spec), sort_keys=True)],
+                                "env": env,
+                                "resources": {
+                                    "requests": {"cpu": "1", "memory": "4Gi"},
+                                    "limits": {"memory": "8Gi"},
+                                },
+                                "volumeMounts": mounts,
+                                "terminationMessagePolicy": "File",
+                            }
+                        ],
+                        "volumes": volumes,
+                    }
+                ),
             },
         },
     }
