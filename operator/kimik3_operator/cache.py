@@ -8,6 +8,7 @@ the watch event arrives.
 from __future__ import annotations
 
 import builtins
+import json
 import logging
 import queue
 import threading
@@ -15,6 +16,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kimik3_operator.api.constants import KIND
 from kimik3_operator.kube import Kube, Obj
 from kimik3_operator.observe import GpuInventory
 
@@ -22,11 +24,55 @@ log = logging.getLogger(__name__)
 Key = tuple[str, str, str]  # kind, namespace ("" when cluster-scoped), name
 
 
-def slim(obj: Mapping[str, Any]) -> Obj:
-    """The object without managedFields, which nothing here reads and which is most of it."""
-    meta = dict(obj.get("metadata") or {})
-    meta.pop("managedFields", None)
-    return {**obj, "metadata": meta}
+# Anyone may label an object as the operator's; an object over this size cannot be one it
+# made (its largest, the download script's ConfigMap, is some 20 KiB), so only its identity
+# is kept. 200 labelled 1 MiB ConfigMaps then cost the operator kilobytes, not 600 MiB.
+MAX_STORED_BYTES = 256 * 1024
+KEPT_METADATA = (
+    "name",
+    "namespace",
+    "uid",
+    "resourceVersion",
+    "generation",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "labels",
+    "annotations",
+    "ownerReferences",
+)
+
+
+def trimmed(kind: str, obj: Mapping[str, Any]) -> Obj:
+    """What the store keeps of an object: the metadata the operator reads; of a pod, only
+    the node it is bound to and its status; of anything too large to be the operator's
+    own, only its identity (a reconcile then finds it differs, or is not its own)."""
+    meta = obj.get("metadata") or {}
+    kept: Obj = {
+        "apiVersion": obj.get("apiVersion"),
+        "kind": obj.get("kind") or kind,
+        "metadata": {k: meta[k] for k in KEPT_METADATA if k in meta},
+    }
+    if kind == "Pod":
+        kept["spec"] = {"nodeName": (obj.get("spec") or {}).get("nodeName")}
+        kept["status"] = obj.get("status") or {}
+        return kept
+    rest = {k: v for k, v in obj.items() if k not in ("apiVersion", "kind", "metadata")}
+    if kind == KIND:
+        # The resource itself is read whole: a stub would read as a default spec.
+        kept.update(rest)
+        return kept
+    if len(json.dumps(rest, separators=(",", ":"))) > MAX_STORED_BYTES:
+        log.warning(
+            "%s %s/%s is over %d bytes: only its identity is kept",
+            kind,
+            meta.get("namespace"),
+            meta.get("name"),
+            MAX_STORED_BYTES,
+        )
+        kept["metadata"].pop("annotations", None)
+        return kept
+    kept.update(rest)
+    return kept
 
 
 def parse_selector(selector: str) -> dict[str, str]:
@@ -61,7 +107,7 @@ class Store:
             old = self._objects.get(key)
             if old is not None and _newer(old, obj):
                 return  # a watch event older than a write already recorded
-            self._objects[key] = slim(obj)
+            self._objects[key] = trimmed(kind, obj)
 
     def remove(self, kind: str, namespace: str | None, name: str) -> None:
         with self._lock:
@@ -77,7 +123,7 @@ class Store:
             ]:
                 del self._objects[key]
             for obj in items:
-                self._objects[self.key(kind, obj)] = slim(obj)
+                self._objects[self.key(kind, obj)] = trimmed(kind, obj)
 
     def get(self, kind: str, namespace: str | None, name: str) -> Obj | None:
         with self._lock:

@@ -44,6 +44,8 @@ class Informer:
     name: str = ""
     # Applied to every object as it arrives, before a page of a list is kept.
     transform: Callable[[Obj], Obj] | None = None
+    # Objects per list page: what one response may hold at once.
+    page: int = PAGE
     synced: threading.Event = field(default_factory=threading.Event)
     _stop: threading.Event = field(default_factory=threading.Event)
     _wake: threading.Event = field(default_factory=threading.Event)
@@ -91,7 +93,7 @@ class Informer:
         items: list[Obj] = []
         token = ""
         while True:
-            extra = [("limit", str(PAGE))] + ([("continue", token)] if token else [])
+            extra = [("limit", str(self.page))] + ([("continue", token)] if token else [])
             response = self._request(self._query(extra), 60)
             data = json.loads(response.read() or b"{}")
             if response.status == 404:

@@ -162,3 +162,46 @@ def test_a_retry_asked_for_while_running_keeps_its_delay() -> None:
     assert queue.get(timeout=0) is None
     clock.now = 5.0
     assert queue.get(timeout=0) == "k"
+
+
+def test_the_store_keeps_what_the_operator_reads_and_no_more() -> None:
+    """A labelled 1 MiB ConfigMap costs its identity; a pod, its node and status; the
+    resource itself is kept whole (a stub would read as a default spec)."""
+    from kimik3_operator.cache import MAX_STORED_BYTES, Store
+
+    store = Store()
+    big = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "x", "namespace": "a", "uid": "u", "managedFields": [{}] * 10},
+        "data": {"k": "#" * (1024 * 1024)},
+    }
+    store.upsert("ConfigMap", big)
+    kept = store.get("ConfigMap", "a", "x") or {}
+    assert "data" not in kept and kept["metadata"] == {"name": "x", "namespace": "a", "uid": "u"}
+    small = {**big, "data": {"k": "ok"}}
+    store.upsert("ConfigMap", {**small, "metadata": {**small["metadata"], "name": "y"}})
+    assert (store.get("ConfigMap", "a", "y") or {})["data"] == {"k": "ok"}
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "a", "labels": {"x": "y"}},
+        "spec": {"nodeName": "n1", "containers": [{"args": ["#" * 100000]}]},
+        "status": {"phase": "Running"},
+    }
+    store.upsert("Pod", pod)
+    assert store.get("Pod", "a", "p") == {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "a", "labels": {"x": "y"}},
+        "spec": {"nodeName": "n1"},
+        "status": {"phase": "Running"},
+    }
+    huge = {
+        "apiVersion": "serving.kimik3.io/v1alpha1",
+        "kind": "KimiK3Deployment",
+        "metadata": {"name": "k3", "namespace": "a"},
+        "spec": {"engine": {"env": [{"name": "X", "value": "#" * (MAX_STORED_BYTES + 1)}]}},
+    }
+    store.upsert("KimiK3Deployment", huge)
+    assert store.get("KimiK3Deployment", "a", "k3") == huge

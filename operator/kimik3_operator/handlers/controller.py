@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from kimik3_operator import metrics
@@ -25,6 +26,7 @@ from kimik3_operator.cache import (
     Store,
     ledger_node_fields,
     ledger_pod_fields,
+    trimmed,
 )
 from kimik3_operator.config import Settings
 from kimik3_operator.handlers.download_progress import DownloadProgress
@@ -39,6 +41,7 @@ from kimik3_operator.status_input import readable_status
 log = logging.getLogger(__name__)
 Key = tuple[str, str]
 MANAGED_SELECTOR = f"{c.LABEL_MANAGED_BY}={c.OPERATOR_NAME}"
+CHILD_PAGE = 20
 
 
 @dataclass(frozen=True)
@@ -190,6 +193,9 @@ class Controller:
             on_event=on_event,
             label_selector=selector,
             name=f"{plural} in {namespace or 'all namespaces'}",
+            transform=partial(trimmed, kind),
+            # The label is anyone's to set: a page of objects up to 1.5 MiB each stays small.
+            page=CHILD_PAGE,
         )
 
     def _crd_informer(self, crd: str, dependents: list[Informer]) -> Informer:
