@@ -6,9 +6,10 @@ the same pod, and every panel of the speculative-decoding dashboard and the aler
 evaluated on those real vLLM series.
 
 Test-only settings, because Kimi-K3 and GPUs cannot run here: the tiny Llama stands in for the
-checkpoint (model.source.pvc, preflight Disabled); the annotation
-serving.kimik3.io/test-speculative-config gives vLLM's CPU build a method it has
-(draft_model); placement.gpuResource "cpu" makes the one "GPU" a CPU core of the real node."""
+checkpoint (model.source.pvc, preflight Disabled); the operator's test-only setting
+KIMIK3_TEST_SPECULATIVE_CONFIG gives vLLM's CPU build a method it has (draft_model) for
+resources whose preflight is Disabled; placement.gpuResource "cpu" makes the one "GPU" a CPU
+core of the real node."""
 
 from __future__ import annotations
 
@@ -157,6 +158,7 @@ def test_a_real_vllm_serves_with_speculative_decoding(
             "KIMIK3_SCRAPE_URL": "",  # the real pod answers on its own address
             "KIMIK3_SCRAPE_SECONDS": "2",
             "KIMIK3_ACCEPTANCE_WINDOW_SECONDS": "20",
+            "KIMIK3_TEST_SPECULATIVE_CONFIG": json.dumps(SPECULATIVE),
         },
     )
     operator.start()
@@ -164,11 +166,7 @@ def test_a_real_vllm_serves_with_speculative_decoding(
     prometheus_process = None
     try:
         started = time.monotonic()
-        resource = kimi("k3", **_serving_spec(node))
-        resource["metadata"]["annotations"] = {
-            "serving.kimik3.io/test-speculative-config": json.dumps(SPECULATIVE)
-        }
-        cluster.apply(resource, namespace)
+        cluster.apply(kimi("k3", **_serving_spec(node)), namespace)
 
         def running() -> bool:
             pods = cluster.items("pod", namespace, "app.kubernetes.io/component=leader")

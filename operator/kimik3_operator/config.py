@@ -32,6 +32,9 @@ class Settings:
     scrape_workers: int = 4
     coalesce_seconds: float = 0.1  # events for one resource within this become one reconcile
     retry_seconds: float = 5.0  # after a failed reconcile
+    # Test clusters without GPUs only: a --speculative-config (JSON) used verbatim for
+    # resources whose preflight is Disabled, so vLLM's CPU build can run a method it has.
+    test_speculative_config: str = ""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -57,6 +60,7 @@ class Settings:
             workers=int(env.get("KIMIK3_WORKERS", cls.workers)),
             coalesce_seconds=float(env.get("KIMIK3_COALESCE_SECONDS", cls.coalesce_seconds)),
             retry_seconds=float(env.get("KIMIK3_RETRY_SECONDS", cls.retry_seconds)),
+            test_speculative_config=env.get("KIMIK3_TEST_SPECULATIVE_CONFIG", ""),
             peering_name=env.get("KIMIK3_PEERING_NAME", cls.peering_name),
             priority=int(env.get("KIMIK3_PRIORITY") or _random_priority()),
             peering_lifetime_seconds=int(

@@ -135,18 +135,38 @@ def test_subset_tolerates_server_defaults_and_quantity_strings() -> None:
     assert needs_apply({"metadata": {}}, None)
 
 
-def test_the_test_only_annotation_replaces_the_speculative_config(kube: FakeKube) -> None:
-    body = resource(preflight={"mode": "Disabled"})
-    override = {"method": "draft_model", "model": "/models/tiny", "num_speculative_tokens": 3}
-    body["metadata"]["annotations"] = {
-        "serving.kimik3.io/test-speculative-config": json.dumps(override)
-    }
-    stored(kube, body)
-    reconcile(kube, body, clock)
+TEST_CONFIG = {"method": "draft_model", "model": "/models/tiny", "num_speculative_tokens": 3}
+
+
+def test_the_operators_test_setting_replaces_the_speculative_config(kube: FakeKube) -> None:
+    body = stored(kube, resource(preflight={"mode": "Disabled"}))
+    reconcile(kube, body, clock, test_config=TEST_CONFIG)
     lws = kube.get("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", "k3", "llm")
     for role in ("leaderTemplate", "workerTemplate"):
         args = lws["spec"]["leaderWorkerTemplate"][role]["spec"]["containers"][0]["args"]
-        assert json.loads(args[args.index("--speculative-config") + 1]) == override
+        assert json.loads(args[args.index("--speculative-config") + 1]) == TEST_CONFIG
     status = kube.get("serving.kimik3.io/v1alpha1", "KimiK3Deployment", "k3", "llm")["status"]
     assert status["speculative"]["method"] == "draft_model"
     assert status["speculative"]["drafter"] == "/models/tiny"
+
+
+def test_a_resource_the_preflight_checks_never_runs_what_it_did_not_check(
+    kube: FakeKube,
+) -> None:
+    body = stored(kube, resource(preflight={"mode": "Enforce", "probe": False}))
+    reconcile(kube, body, clock, test_config=TEST_CONFIG)
+    lws = kube.get("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", "k3", "llm")
+    args = lws["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]["containers"][0]["args"]
+    assert json.loads(args[args.index("--speculative-config") + 1])["method"] == "dspark"
+
+
+def test_the_old_annotation_does_nothing(kube: FakeKube) -> None:
+    """A namespace user cannot replace the speculative config through an annotation."""
+    body = resource(preflight={"mode": "Disabled"})
+    body["metadata"]["annotations"] = {
+        "serving.kimik3.io/test-speculative-config": json.dumps(TEST_CONFIG)
+    }
+    reconcile(kube, stored(kube, body), clock)
+    lws = kube.get("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", "k3", "llm")
+    args = lws["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]["containers"][0]["args"]
+    assert json.loads(args[args.index("--speculative-config") + 1])["method"] == "dspark"

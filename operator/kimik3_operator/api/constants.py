@@ -16,9 +16,6 @@ PROBE_KEY_LABEL: Final = f"{GROUP}/probe-key"
 CACHE_KEY_LABEL: Final = f"{GROUP}/cache-key"
 # On the probe Job: the report its pod gave, kept once read (the pod may be collected).
 PROBE_REPORT_ANNOTATION: Final = f"{GROUP}/probe-report"
-# Test-only: replaces the generated --speculative-config verbatim, unchecked by the preflight,
-# so the real-serving test can run a method vLLM's CPU build has on a stand-in model.
-TEST_SPECULATIVE_CONFIG_ANNOTATION: Final = f"{GROUP}/test-speculative-config"
 OPERATOR_NAME: Final = "kimik3-operator"
 # Releases before 0.2 ran kopf timers, which made kopf put this finalizer on every resource.
 LEGACY_KOPF_FINALIZER: Final = "kopf.zalando.org/KopfFinalizerMarker"

@@ -9,6 +9,7 @@ locks) is dropped on the delete event or when the loop no longer finds it.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -72,6 +73,20 @@ def collection_path(group_version: str, plural: str, namespace: str | None) -> s
     return f"{base}/namespaces/{namespace}/{plural}" if namespace else f"{base}/{plural}"
 
 
+def test_speculative_config(text: str) -> dict[str, Any] | None:
+    if not text:
+        return None
+    try:
+        found = json.loads(text)
+    except ValueError:
+        found = None
+    if not isinstance(found, dict):
+        log.error("KIMIK3_TEST_SPECULATIVE_CONFIG is not a JSON object; ignored")
+        return None
+    log.warning("KIMIK3_TEST_SPECULATIVE_CONFIG is set: for test clusters without GPUs only")
+    return found
+
+
 def owner_key(obj: Mapping[str, Any]) -> Key | None:
     meta = obj.get("metadata") or {}
     name = (meta.get("labels") or {}).get(c.LABEL_INSTANCE)
@@ -101,6 +116,7 @@ class Controller:
             self.progress.url_override or self.settings.download_progress_url
         )
         self.queue.delay = self.settings.coalesce_seconds
+        self.test_config = test_speculative_config(self.settings.test_speculative_config)
         if self.settings.gpu_inventory and self.ledger is None:
             self.ledger = GpuLedger()
 
@@ -277,7 +293,7 @@ class Controller:
         namespace, name = key
         body = {"metadata": {"namespace": namespace, "name": name}}
         try:
-            reconcile(self.kube, body, nodes=self.ledger)
+            reconcile(self.kube, body, nodes=self.ledger, test_config=self.test_config)
         except KubeError as exc:
             log.warning("reconcile of %s/%s: %s; retrying", namespace, name, exc)
             self.queue.add(key, delay=self.settings.retry_seconds)
