@@ -43,7 +43,12 @@ BAD_SPECS: list[tuple[str, dict[str, Any], str]] = [
     (
         "owned-flag-underscores",
         {"engine": {"extraArgs": ["--tensor_parallel_size=4"]}},
-        "engine.extraArgs sets a flag the operator generates",
+        "engine.extraArgs spells a flag name with _",
+    ),
+    (
+        "owned-flag-mixed",
+        {"engine": {"extraArgs": ["--speculative_config.method=x"]}},
+        "engine.extraArgs spells a flag name with _",
     ),
     (
         "owned-flag-dotted",
@@ -140,3 +145,9 @@ def test_explain_documents_the_fields(cluster: Cluster) -> None:
     assert "numSpeculativeTokens" in out
     short = cluster.kubectl("explain", "kk3d.spec.parallelism.tensor").stdout
     assert "must divide the 96 attention heads" in short
+
+
+def test_flags_the_operator_does_not_own_are_accepted(cluster: Cluster, namespace: str) -> None:
+    args = ["--max-num-seqs", "5", "--compilation-config.level=3", "-O3", "--chat-template", "x_y"]
+    result = cluster.apply(kimi("free-flags", engine={"extraArgs": args}), namespace, check=False)
+    assert result.returncode == 0, result.stderr

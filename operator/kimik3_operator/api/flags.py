@@ -3,14 +3,11 @@
 vLLM's parser turns ``_`` into ``-`` in a flag's name, reads ``--flag.key=value`` as part of
 ``--flag``'s JSON, and argparse accepts any unambiguous abbreviation of a flag. So an entry
 sets an owned flag when its name, so normalised, is the flag itself or a prefix of it.
-The CRD states the same test as one regular expression (``owned_flag_pattern``); a unit test
-keeps the two in agreement.
+The CRD states it as two CEL rules (``owned_flag_rules``); a unit test keeps the CRD's rules
+equal to them and the end-to-end tests run the spellings against the real API server.
 """
 
 from __future__ import annotations
-
-import re
-from functools import cache
 
 from kimik3_operator.api.constants import OWNED_FLAGS
 
@@ -19,10 +16,8 @@ def flag_name(arg: str) -> str | None:
     """The flag an argument names, normalised as vLLM does; None for a value."""
     if not arg.startswith("-"):
         return None
-    name = arg.split("=", 1)[0].split(".", 1)[0]
-    if name.startswith("--"):
-        name = "--" + name[2:].replace("_", "-")
-    return name
+    # vLLM rewrites "_" only in long flags; argparse matches no short flag spelled with "_".
+    return arg.split("=", 1)[0].split(".", 1)[0].replace("_", "-")
 
 
 def owned_flag(arg: str) -> str | None:
@@ -33,23 +28,14 @@ def owned_flag(arg: str) -> str | None:
     return next((flag for flag in OWNED_FLAGS if flag.startswith(name)), None)
 
 
-def _prefixes(flag: str) -> str:
-    """A regex for every non-empty prefix of ``flag``, ``-`` after the leading dashes
-    also written ``_``."""
-    if not re.fullmatch(r"-[-a-z0-9]+", flag):
-        raise ValueError(f"owned flag {flag!r} needs escaping in the CRD's pattern")
-    lead = len(flag) - len(flag.lstrip("-"))
-    parts = list(flag[:lead])
-    parts += ["[-_]" if ch == "-" else ch for ch in flag[lead:]]
-    pattern = ""
-    for part in reversed(parts[1:]):
-        pattern = f"(?:{part}{pattern})?"
-    return parts[0] + pattern
-
-
-@cache
-def owned_flag_pattern() -> str:
-    """What the CRD's CEL rule matches (RE2, whole string): an argument that sets an owned
-    flag, exactly, abbreviated, with ``_`` for ``-``, ``=value`` or ``.key=value``."""
-    names = "|".join(_prefixes(flag) for flag in OWNED_FLAGS)
-    return f"(?s)^(?:{names})(?:[=.].*)?$"
+def owned_flag_rules() -> tuple[str, str]:
+    """The CRD's CEL rules on one extraArgs entry, within the API server's cost budget
+    (which a rewrite of "_" to "-" in CEL exceeds): no flag name spelled with "_" at all,
+    and no name that is an owned flag or a prefix of one. Together they refuse every
+    argument ``owned_flag`` finds, and also "_" spellings of flags the operator does not own."""
+    listed = ", ".join(f"'{flag}'" for flag in OWNED_FLAGS)
+    name = "self.find('^[^=.]*')"
+    return (
+        f"!(self.startsWith('-') && {name}.contains('_'))",
+        f"!(self.startsWith('-') && [{listed}].exists(f, f.startsWith({name})))",
+    )
