@@ -4,8 +4,8 @@ between as the chart's ServiceAccount, least-privilege RBAC, and leader election
 
 KWOK runs no container: the chart's operator pods are scheduled and marked Ready but do not
 run, so the operator runs as a host process with the ServiceAccount's token (exactly its
-RBAC), and the `helm test` Job completes without its container running; the test runs the
-Job's check itself."""
+RBAC), and the `helm test` Job completes without its container running (test_real_node.py
+runs it for real)."""
 
 from __future__ import annotations
 
@@ -254,23 +254,10 @@ def test_install_upgrade_test_uninstall(
     }
     assert env["KIMIK3_RESYNC_SECONDS"] == "10"
 
+    # KWOK marks the test Job's pod done without running it; e2e/test_real_node.py runs
+    # `helm test` for real on the real node.
     tested = helm(cluster, "test", name, "-n", system, "--timeout", "120s")
-    assert "Phase:          Succeeded" in tested.stdout or "Succeeded" in tested.stdout
-    # The test Job's container does not run on KWOK: run its check here.
-    job = next(d for d in render(cluster, "default", system) if d["kind"] == "Job")
-    command = job["spec"]["template"]["spec"]["containers"][0]["command"][-1]
-    command = command.replace("deployment/kimik3-operator", f"deployment/{name}").replace(
-        "-n kimik3-system", f"-n {system}"
-    )
-    check = subprocess.run(
-        ["sh", "-c", command],
-        env=cluster.env,
-        capture_output=True,
-        text=True,
-        timeout=200,
-        check=False,
-    )
-    assert check.returncode == 0, check.stderr
+    assert "Succeeded" in tested.stdout
 
     helm(cluster, "uninstall", name, "-n", system, "--wait")
     assert cluster.get("deployment", name, system) is None
@@ -394,3 +381,120 @@ def test_leader_election_fails_over(
     finally:
         first.stop()
         second.stop()
+
+
+def test_the_admission_policy_fences_the_operators_token(
+    cluster: Cluster, release: tuple[str, str], wait_condition: Callable[..., dict[str, Any]]
+) -> None:
+    """Cluster-wide RBAC lets the operator's ServiceAccount write ConfigMaps anywhere; the
+    chart's ValidatingAdmissionPolicy still refuses it kube-system and every object not
+    labelled as the operator's, and the operator does its job."""
+    name, system = release
+    watched = system.replace("kimik3-", "llm-")
+    helm(
+        cluster, "install", name, str(CHART), "-n", system, "--set", "leaderElection.enabled=false"
+    )
+    kubeconfig = service_account_kubeconfig(
+        cluster, system, name, RUN / f"sa-{system}-fence.kubeconfig"
+    )
+
+    def as_operator(*args: str, manifest: dict[str, Any] | None = None) -> str:
+        result = subprocess.run(
+            [str(cluster.bin_dir / "kubectl"), "--kubeconfig", str(kubeconfig), *args],
+            input=yaml.safe_dump(manifest) if manifest else None,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        return result.stdout + result.stderr
+
+    def config_map(namespace: str, managed: bool) -> dict[str, Any]:
+        labels = {"app.kubernetes.io/managed-by": "kimik3-operator"} if managed else {}
+        return {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": f"fence-{uuid.uuid4().hex[:6]}",
+                "namespace": namespace,
+                "labels": labels,
+            },
+        }
+
+    plain = config_map("kube-system", managed=False)
+    assert can_i(
+        cluster,
+        f"system:serviceaccount:{system}:{name}",
+        "create",
+        "configmaps",
+        "-n",
+        "kube-system",
+    ), "RBAC alone would allow it"
+    deadline = time.monotonic() + 30
+    answer = as_operator("create", "-f", "-", manifest=plain)
+    while "kube-system" not in answer and time.monotonic() < deadline:
+        # The policy takes effect once the API server has loaded it.
+        as_operator("delete", "configmap", plain["metadata"]["name"], "-n", "kube-system")
+        time.sleep(1)
+        answer = as_operator("create", "-f", "-", manifest=plain)
+    assert "writes nothing in kube-system" in answer, answer
+    assert "writes nothing in kube-system" in as_operator(
+        "create", "-f", "-", manifest=config_map("kube-system", managed=True)
+    )
+    assert "only objects labelled" in as_operator(
+        "create", "-f", "-", manifest=config_map(watched, managed=False)
+    )
+    # Someone else's object cannot be made the operator's by labelling it.
+    theirs = config_map(watched, managed=False)
+    cluster.apply(theirs, watched)
+    answer = as_operator(
+        "label",
+        "configmap",
+        theirs["metadata"]["name"],
+        "-n",
+        watched,
+        "app.kubernetes.io/managed-by=kimik3-operator",
+    )
+    assert "already labelled" in answer, answer
+    assert "Forbidden" not in as_operator(
+        "create", "-f", "-", manifest=config_map(watched, managed=True)
+    )
+
+    operator = _operator_as(cluster, system, name, watched, "-fence")
+    operator.start()
+    try:
+        cluster.apply(kimi("k3", **SMALL), watched)
+        wait_condition("k3", watched, "Available", "True", "Available", timeout=120)
+        log = operator.log.read_text()
+        assert "Forbidden" not in log and "denied" not in log, log[-3000:]
+    finally:
+        operator.stop()
+
+
+def test_replicas_spread_an_optional_budget_and_a_digest(cluster: Cluster) -> None:
+    digest = "sha256:" + "a" * 64
+    out = helm(
+        cluster,
+        "template",
+        "k",
+        str(CHART),
+        "--set",
+        "podDisruptionBudget.enabled=true",
+        "--set",
+        f"image.digest={digest}",
+    ).stdout
+    docs = [d for d in yaml.safe_load_all(out) if d]
+    deployment = next(d for d in docs if d["kind"] == "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    term = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0]
+    assert term["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    assert pod["containers"][0]["image"].endswith(f"@{digest}")
+    budget = next(d for d in docs if d["kind"] == "PodDisruptionBudget")
+    assert budget["spec"]["minAvailable"] == 1
+    assert (
+        budget["spec"]["selector"]["matchLabels"] == deployment["spec"]["selector"]["matchLabels"]
+    )
+    default = [
+        d for d in yaml.safe_load_all(helm(cluster, "template", "k", str(CHART)).stdout) if d
+    ]
+    assert not any(d["kind"] == "PodDisruptionBudget" for d in default)

@@ -18,6 +18,7 @@ import pytest
 
 from e2e.conftest import Cluster, create_test_namespace, kimi, wait_for
 from e2e.real_node import (
+    KUBECTL_IMAGE,
     NODE_LABEL,
     OPERATOR_IMAGE,
     RealNode,
@@ -100,7 +101,7 @@ def release_namespaces(cluster: Cluster) -> Iterator[tuple[str, str, str]]:
 def test_operator_image_from_the_chart_runs_as_a_pod(
     cluster: Cluster, real_node: RealNode, release_namespaces: tuple[str, str, str]
 ) -> None:
-    timings = build_images(cluster.env, "operator")
+    timings = build_images(cluster.env, "operator", "kubectl")
     print(timings)
     name, system, watched = release_namespaces
     repository, tag = OPERATOR_IMAGE.rsplit(":", 1)
@@ -133,6 +134,12 @@ def test_operator_image_from_the_chart_runs_as_a_pod(
         f"tolerations={json.dumps(real_node.placement()['tolerations'])}",
         "--set-json",
         f"extraEnv={json.dumps(real_node.api_env())}",
+        "--set",
+        f"test.image.repository={KUBECTL_IMAGE.rsplit(':', 1)[0]}",
+        "--set",
+        f"test.image.tag={KUBECTL_IMAGE.rsplit(':', 1)[1]}",
+        "--set",
+        "test.image.pullPolicy=Never",
     )
     print(f"chart install to operator pod Ready: {time.monotonic() - started:.1f}s")
     pods = cluster.items("pod", system, f"app.kubernetes.io/instance={name}")
@@ -168,3 +175,10 @@ def test_operator_image_from_the_chart_runs_as_a_pod(
     )
     logs = cluster.kubectl("logs", pod_name, "-n", system).stdout
     assert "Forbidden" not in logs and "Traceback" not in logs
+
+    # `helm test` for real: its Job runs kubectl (no shell) on this node as its own
+    # ServiceAccount, with only the access the chart gives it.
+    started = time.monotonic()
+    tested = helm(cluster, "test", name, "-n", system, "--timeout", "180s", "--logs")
+    print(f"helm test: {time.monotonic() - started:.1f}s")
+    assert "Succeeded" in tested.stdout, tested.stdout + tested.stderr

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Generates manifests/operator.yaml (namespace, RBAC, Deployment, Service, peering) from the
 # chart with `helm template`, so `kubectl apply -f manifests/crd/ -f manifests/` installs the
-# same operator as the chart's defaults. A test fails when the committed bundle drifts.
+# same operator as the chart's defaults (for an API server that serves ValidatingAdmissionPolicy,
+# admissionregistration.k8s.io/v1, Kubernetes 1.30 and later). A test fails when the bundle drifts.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 helm="${HELM:-$(bash "$root/e2e/cluster/build-tools.sh" | tail -n 1)/helm}"
@@ -13,5 +14,6 @@ out="${1:-$root/manifests/operator.yaml}"
   echo "metadata:"
   echo "  name: kimik3-system"
   "$helm" template kimik3-operator "$root/charts/kimik3-operator" \
-    --namespace kimik3-system --skip-tests
+    --namespace kimik3-system --skip-tests \
+    --api-versions admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy
 } > "$out"

@@ -68,6 +68,16 @@ build_pause() {
   rm -rf "$out"
 }
 
+# The chart's `helm test` image stood in for by the kubectl built with the cluster's tools
+# (a static binary, like the upstream image's, and no shell).
+build_kubectl() {
+  local c
+  c=$(buildah from scratch)
+  buildah copy "$c" "$bin/kubectl" /usr/local/bin/kubectl >/dev/null
+  buildah config --env PATH=/usr/local/bin --entrypoint '["kubectl"]' --user 10001:10001 "$c"
+  buildah commit --rm -q "$c" "$1" >/dev/null
+}
+
 build_operator() {
   python_base
   buildah bud -q --pull-never --isolation chroot --network host --layers=false \
@@ -114,6 +124,7 @@ for image in "$@"; do
       ;;
     vllm) build_vllm "$VLLM_IMAGE" vllm-venv.sh ;;
     vllm-cpu) build_vllm "$VLLM_CPU_IMAGE" vllm-cpu-venv.sh ;;
+    kubectl) build kubectl "$KUBECTL_IMAGE" "$(inputs_key "$bin/kubectl")" ;;
     hub) build hub "$HUB_IMAGE" "$(echo "$HUGGINGFACE_HUB_VERSION" | inputs_key - "$here/base-rootfs.sh")" ;;
     *) echo "unknown image $image" >&2; exit 2 ;;
   esac

@@ -48,5 +48,17 @@ app.kubernetes.io/component: operator
 {{- end -}}
 
 {{- define "kimik3-operator.image" -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- else -}}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "kimik3-operator.testImage" -}}
+{{- if .Values.test.image.digest -}}
+{{- printf "%s@%s" .Values.test.image.repository .Values.test.image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .Values.test.image.repository .Values.test.image.tag -}}
+{{- end -}}
 {{- end -}}
