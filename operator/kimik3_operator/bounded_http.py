@@ -53,7 +53,11 @@ def fetch(
     timer.daemon = True
     timer.start()
     try:
-        return _read(conn, path, deadline, max_bytes)
+        body = _read(conn, path, deadline, max_bytes)
+        if expired.is_set():
+            # The timer closed the socket: what was read is a fragment, not an answer.
+            raise FetchError(f"no whole answer within {deadline_seconds:g}s")
+        return body
     except (OSError, http.client.HTTPException) as exc:
         if expired.is_set():
             raise FetchError(f"no whole answer within {deadline_seconds:g}s") from None
@@ -86,4 +90,6 @@ def _read(conn: http.client.HTTPConnection, path: str, deadline: float, max_byte
         if total > max_bytes:
             raise FetchError(f"answer is over the {max_bytes}-byte limit")
         chunks.append(chunk)
+    if length is not None and length.isdigit() and total != int(length):
+        raise FetchError(f"answer cut short: {total} of {length} bytes")
     return b"".join(chunks).decode("utf-8", errors="replace")

@@ -92,6 +92,37 @@ def test_a_server_that_drips_is_cut_at_the_deadline(serve: Callable[[Handler], s
     assert time.monotonic() - started < 2.0
 
 
+def test_a_drip_with_a_length_is_refused_not_returned_in_part(
+    serve: Callable[[Handler], str],
+) -> None:
+    """The timer may close the socket while a read waits: the bytes read so far are a
+    fragment, never an answer."""
+
+    def drip(h: BaseHTTPRequestHandler) -> None:
+        h.send_response(200)
+        h.send_header("Content-Length", "1000")
+        h.end_headers()
+        for _ in range(1000):
+            h.wfile.write(b"#")
+            h.wfile.flush()
+            time.sleep(0.4)
+
+    with pytest.raises(FetchError):
+        fetch(serve(drip), deadline_seconds=1.0)
+
+
+def test_an_answer_shorter_than_its_length_is_refused(serve: Callable[[Handler], str]) -> None:
+    def short(h: BaseHTTPRequestHandler) -> None:
+        h.send_response(200)
+        h.send_header("Content-Length", "100")
+        h.end_headers()
+        h.wfile.write(b"#" * 10)
+        h.close_connection = True
+
+    with pytest.raises(FetchError, match="cut short"):
+        fetch(serve(short))
+
+
 def test_headers_that_drip_are_cut_at_the_deadline_too(serve: Callable[[Handler], str]) -> None:
     def drip_headers(h: BaseHTTPRequestHandler) -> None:
         h.wfile.write(b"HTTP/1.1 200 OK\r\n")

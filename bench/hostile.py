@@ -1,0 +1,386 @@
+"""A namespace user's pods against the running operator (`kimik3 run` on the local control
+plane, make cluster-up). The user picks the image, so the user controls what the leaders'
+/metrics and the download pod's /progress answer. KWOK pods have no network, so the
+operator's KIMIK3_SCRAPE_URL and KIMIK3_DOWNLOAD_PROGRESS_URL point at one local server that
+answers per pod as a hostile image would:
+
+  huge-*      a 400-byte /metrics with position="30000000"
+  big-*       a 200 MiB /metrics
+  drip-*      one byte every 2 s, for ever
+  redirect-*  302 to another port (a second server counts the requests that arrive there)
+  ok-*        a well-behaved vLLM leader
+  the download pod's /progress: [1,2,3], 1e400, 10,000-deep nesting, 50 MiB, in turn
+
+Phase 1 serves every pod as a well-behaved leader; phase 2 turns the hostility on; phase 3
+adds 200 ConfigMaps of 1 MiB each carrying the operator's managed-by label. Printed: the
+operator's RSS after each phase, the gaps between its periodic resyncs (configured 5 s),
+the requests that reached the other port, and, side by side in the same run, what an
+unbounded read (urllib, a timeout per read, redirects followed: the operator's fetch before
+this change) costs for the same answers. Prints figures; asserts nothing.
+
+    .venv/bin/python bench/hostile.py [--seconds 60]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import pathlib
+import re
+import resource
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import urllib.request
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "operator"))
+
+from bench.operator_scrape import rss_mib  # noqa: E402 - after the path
+
+from e2e.conftest import tools_bin  # noqa: E402
+from kimik3_operator.bounded_http import fetch as bounded_fetch  # noqa: E402
+
+KUBECONFIG = ROOT / "e2e" / ".run" / "kubeconfig"
+NAMESPACE = "bench-hostile"
+RESYNC_SECONDS = 5
+KINDS = ("ok", "huge", "big", "drip", "redirect")
+SERVER = textwrap.dedent("""
+    import itertools, json, pathlib, sys, time
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from e2e.vllm_exporter import FakeLeader
+    port, trap, flag = int(sys.argv[1]), int(sys.argv[2]), pathlib.Path(sys.argv[3])
+    leaders = {}
+    answers = itertools.cycle(["[1,2,3]", '{"bytesDone": 1e400}', "[" * 10000 + "]" * 10000,
+                               "#" * (50 << 20)])
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        def send(self, body, status=200):
+            self.send_response(status); self.send_header("Content-Length", str(len(body)))
+            self.end_headers(); self.wfile.write(body)
+        def do_GET(self):
+            hostile = flag.exists()
+            if self.path.startswith("/progress/"):
+                calm = '{"phase": "Downloading", "bytesTotal": 100}'
+                body = next(answers) if hostile else calm
+                return self.send(body.encode())
+            pod = self.path.rsplit("/", 1)[-1]
+            kind = pod.split("-", 1)[0]
+            leader = leaders.setdefault(pod, FakeLeader(started=time.time() - 600))
+            text = leader.exposition()
+            if not hostile or kind == "ok":
+                return self.send(text.encode())
+            if kind == "huge":
+                name = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+                line = name + '{position="30000000"} 1\\n'
+                return self.send((text + line).encode())
+            if kind == "big":
+                self.send_response(200); self.send_header("Content-Length", str(200 << 20))
+                self.end_headers()
+                chunk = b"#" * (1 << 20)
+                for _ in range(200):
+                    self.wfile.write(chunk)
+                return
+            if kind == "drip":
+                self.send_response(200); self.send_header("Content-Length", "100000")
+                self.end_headers()
+                for _ in range(100000):
+                    self.wfile.write(b"#"); self.wfile.flush(); time.sleep(2)
+                return
+            if kind == "redirect":
+                self.send_response(302)
+                self.send_header("Location", f"http://127.0.0.1:{trap}/metrics")
+                self.send_header("Content-Length", "0"); self.end_headers()
+        def log_message(self, *a): pass
+    ThreadingHTTPServer.handle_error = lambda *a: None  # clients that hang up are the point
+    ThreadingHTTPServer(("127.0.0.1", port), Handler).serve_forever()
+""")
+TRAP = textwrap.dedent("""
+    import sys
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):
+            with open(sys.argv[2], "a") as hits:
+                hits.write("hit\\n")
+            self.send_response(200); self.send_header("Content-Length", "0"); self.end_headers()
+        def log_message(self, *a): pass
+    ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Handler).serve_forever()
+""")
+AGGREGATE = textwrap.dedent("""
+    import resource, sys, time, urllib.request
+    sys.path.insert(0, "operator")
+    from kimik3_operator.speculative import LeaderWindow, aggregate, parse_metrics
+    text = urllib.request.urlopen(sys.argv[1], timeout=5).read().decode()
+    positions = int(sys.argv[2])
+    started = time.monotonic()
+    window = LeaderWindow()
+    for at in (0.0, 10.0):
+        window.add(parse_metrics(text, at, positions), 10.0)
+    aggregate([window], 10.0)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"{time.monotonic() - started:.1f} s, peak RSS {peak:.0f} MiB")
+""")
+UNBOUNDED = textwrap.dedent("""
+    import resource, sys, time, urllib.request
+    started = time.monotonic()
+    try:
+        with urllib.request.urlopen(sys.argv[1], timeout=5) as response:
+            size = len(response.read())
+        outcome = f"read {size} bytes"
+    except Exception as exc:
+        outcome = type(exc).__name__
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"{time.monotonic() - started:.1f}|{peak:.0f}|{outcome}")
+""")
+
+
+def kubectl(env: dict[str, str], *args: str, stdin: str | None = None) -> str:
+    return subprocess.run(
+        ["kubectl", *args], input=stdin, env=env, check=True, capture_output=True, text=True
+    ).stdout
+
+
+def reconciles(port: int) -> float:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as response:
+        text = response.read().decode()
+    found = re.search(r'^kimik3_reconciles_total\{result="ok"\} (\S+)$', text, re.M)
+    return float(found.group(1)) if found else 0.0
+
+
+class ResyncWatch:
+    """Times the resync batches from the operator's reconcile counter: with no change in
+    the cluster, every reconcile is a resync's, and they come in one batch per period."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.batches: list[float] = []
+        self._stop = threading.Event()
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def _run(self) -> None:
+        last = reconciles(self.port)
+        while not self._stop.wait(0.25):
+            try:
+                now = reconciles(self.port)
+            except OSError:
+                return  # the operator has stopped
+            if now > last and (not self.batches or time.monotonic() - self.batches[-1] > 1):
+                self.batches.append(time.monotonic())
+            last = now
+
+    def gaps_since(self, since: float) -> list[float]:
+        times = [t for t in self.batches if t >= since]
+        return [round(b - a, 1) for a, b in itertools.pairwise(times)]
+
+
+def unbounded_read(url: str, limit: float) -> str:
+    try:
+        out = subprocess.run(
+            [sys.executable, "-c", UNBOUNDED, url],
+            capture_output=True,
+            text=True,
+            timeout=limit,
+            check=False,
+        ).stdout.strip()
+        seconds, peak, outcome = out.split("|")
+        return f"{seconds} s, peak RSS {peak} MiB, {outcome}"
+    except subprocess.TimeoutExpired:
+        return f"still reading after {limit:.0f} s (killed)"
+
+
+def bounded_read(url: str) -> str:
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    started = time.monotonic()
+    try:
+        outcome = f"read {len(bounded_fetch(url))} bytes"
+    except OSError as exc:
+        outcome = f"refused: {exc}"
+    after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return f"{time.monotonic() - started:.1f} s, peak RSS +{after - before:.0f} MiB, {outcome}"
+
+
+def deployment(name: str, cache: bool = False) -> str:
+    spec: dict[str, object] = {
+        "replicas": 1,
+        "parallelism": {"tensor": 1},
+        "drafter": {"method": "eagle3", "repo": "x/eagle3", "numSpeculativeTokens": 3},
+        "preflight": {"mode": "Disabled"},
+        "monitoring": {"podMonitor": False},
+    }
+    if cache:
+        spec["model"] = {"cache": {"size": "1Gi"}}
+    return json.dumps(
+        {
+            "apiVersion": "serving.kimik3.io/v1alpha1",
+            "kind": "KimiK3Deployment",
+            "metadata": {"name": name},
+            "spec": spec,
+        }
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seconds", type=float, default=60)
+    parser.add_argument("--port", type=int, default=19511)
+    args = parser.parse_args()
+    env = {
+        **os.environ,
+        "KUBECONFIG": str(KUBECONFIG),
+        "PATH": f"{tools_bin()}:{os.environ['PATH']}",
+    }
+    trap_port, metrics_port = args.port + 1, args.port + 2
+    flag = ROOT / "e2e" / ".run" / "bench-hostile.on"
+    flag.unlink(missing_ok=True)
+    kubectl(env, "apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "manifests/crd"))
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:  # a previous run's namespace may still be going
+        found = subprocess.run(
+            ["kubectl", "get", "namespace", NAMESPACE], env=env, capture_output=True, check=False
+        )
+        if found.returncode != 0:
+            break
+        time.sleep(2)
+    kubectl(env, "create", "namespace", NAMESPACE)
+    volume = ROOT / "e2e" / ".run" / "volumes" / NAMESPACE
+    volume.mkdir(parents=True, exist_ok=True)
+    pv = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {"name": f"cache-{NAMESPACE}"},
+        "spec": {
+            "capacity": {"storage": "1Gi"},
+            "accessModes": ["ReadWriteMany"],
+            "storageClassName": "",
+            "hostPath": {"path": str(volume), "type": "DirectoryOrCreate"},
+            "claimRef": {"namespace": NAMESPACE, "name": "dl-model-cache"},
+        },
+    }
+    kubectl(env, "apply", "-f", "-", stdin=json.dumps(pv))
+    server = subprocess.Popen(
+        [sys.executable, "-c", SERVER, str(args.port), str(trap_port), str(flag)], cwd=ROOT
+    )
+    hits = ROOT / "e2e" / ".run" / "bench-hostile.hits"
+    hits.write_text("")
+    trap = subprocess.Popen([sys.executable, "-c", TRAP, str(trap_port), str(hits)])
+    operator = subprocess.Popen(
+        [sys.executable, "-m", "kimik3_operator", "run"],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={
+            **env,
+            "KIMIK3_NAMESPACES": NAMESPACE,
+            "KIMIK3_METRICS_PORT": str(metrics_port),
+            "KIMIK3_METRICS_ADDRESS": "127.0.0.1",
+            "KIMIK3_HEALTH_ENDPOINT": "http://127.0.0.1:18097/healthz",
+            "KIMIK3_RESYNC_SECONDS": str(RESYNC_SECONDS),
+            "KIMIK3_SCRAPE_SECONDS": "5",
+            "KIMIK3_SCRAPE_URL": f"http://127.0.0.1:{args.port}/metrics/{{pod}}",
+            "KIMIK3_DOWNLOAD_PROGRESS_URL": f"http://127.0.0.1:{args.port}/progress/{{pod}}",
+        },
+    )
+    try:
+        for kind in KINDS:
+            kubectl(env, "apply", "-n", NAMESPACE, "-f", "-", stdin=deployment(kind))
+        kubectl(env, "apply", "-n", NAMESPACE, "-f", "-", stdin=deployment("dl", cache=True))
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            items = json.loads(kubectl(env, "get", "kk3d", "-n", NAMESPACE, "-o", "json"))["items"]
+            ready = sum(i.get("status", {}).get("readyReplicas", 0) for i in items)
+            downloading = any(
+                (i.get("status", {}).get("modelCache") or {}).get("phase") == "Downloading"
+                for i in items
+            )
+            if ready == len(KINDS) and downloading:
+                break
+            time.sleep(2)
+        print(f"{len(KINDS)} leaders Ready and a download running; operator pid {operator.pid}")
+        watch = ResyncWatch(metrics_port)
+        time.sleep(args.seconds / 2)
+        calm_rss = rss_mib(operator.pid)
+        calm = time.monotonic() - args.seconds / 2
+        print(
+            f"phase 1, well-behaved answers: RSS {calm_rss:.0f} MiB, resync gaps (s) "
+            f"{watch.gaps_since(calm)}"
+        )
+
+        flag.touch()
+        hostile_from = time.monotonic()
+        peak = 0.0
+        while time.monotonic() - hostile_from < args.seconds:
+            time.sleep(1)
+            peak = max(peak, rss_mib(operator.pid))
+        gaps = watch.gaps_since(hostile_from)
+        print(
+            f"phase 2, hostile answers for {args.seconds:.0f} s: RSS {rss_mib(operator.pid):.0f} "
+            f"MiB (peak {peak:.0f}, +{peak - calm_rss:.0f} MiB over phase 1); resync gaps (s) "
+            f"{gaps}, longest {max(gaps, default=0):.1f} (configured {RESYNC_SECONDS})"
+        )
+
+        before = rss_mib(operator.pid)
+        data = "#" * (1 << 20)
+        for number in range(200):
+            config_map = {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {
+                    "name": f"bulk-{number}",
+                    "labels": {"app.kubernetes.io/managed-by": "kimik3-operator"},
+                },
+                "data": {"blob": data},
+            }
+            kubectl(env, "create", "-n", NAMESPACE, "-f", "-", stdin=json.dumps(config_map))
+        time.sleep(10)
+        print(
+            f"phase 3, 200 labelled 1 MiB ConfigMaps: RSS {before:.0f} -> "
+            f"{rss_mib(operator.pid):.0f} MiB (+{rss_mib(operator.pid) - before:.0f} MiB)"
+        )
+        followed = hits.read_text().count("hit")
+        print(f"operator requests that followed a redirect to the other port: {followed}")
+
+        huge = f"http://127.0.0.1:{args.port}/metrics/huge-0"
+        print("side by side, parsing the huge position index in a fresh process:")
+        for label, positions in (("unbounded", 10**9), ("bounded", 3)):
+            cost = subprocess.run(
+                [sys.executable, "-c", AGGREGATE, huge, str(positions)],
+                cwd=ROOT,
+                capture_output=True,
+                text=True,
+                timeout=120,
+                check=False,
+            ).stdout.strip()
+            print(
+                f"  {label:9} ({'no bound' if positions > 64 else 'the 3 drafted tokens'}): {cost}"
+            )
+        print("side by side, one read of each answer in a fresh process:")
+        for kind in ("huge", "big", "drip", "redirect"):
+            url = f"http://127.0.0.1:{args.port}/metrics/{kind}-0"
+            before = hits.read_text().count("hit")
+            print(f"  {kind:9} unbounded: {unbounded_read(url, 30)}")
+            if kind == "redirect":
+                arrived = hits.read_text().count("hit") - before
+                print(f"            (the other port received {arrived})")
+            before = hits.read_text().count("hit")
+            print(f"  {kind:9} bounded:   {bounded_read(url)}")
+            if kind == "redirect":
+                arrived = hits.read_text().count("hit") - before
+                print(f"            (the other port received {arrived})")
+    finally:
+        flag.unlink(missing_ok=True)
+        operator.terminate()
+        operator.wait(timeout=20)
+        server.terminate()
+        trap.kill()
+        kubectl(env, "delete", "namespace", NAMESPACE, "--wait=false")
+        kubectl(env, "delete", "pv", f"cache-{NAMESPACE}", "--wait=false")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
