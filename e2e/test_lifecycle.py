@@ -343,3 +343,51 @@ def test_a_deployment_and_its_namespace_delete_with_the_operator_stopped(
     cluster.apply(kimi("k4", **SMALL), namespace)
     cluster.kubectl("delete", "namespace", namespace, "--timeout=60s")
     assert cluster.get("namespace", namespace, "default") is None
+
+
+def test_another_teams_service_is_never_taken_over(
+    cluster: Cluster,
+    namespace: str,
+    operator: OperatorProcess,
+    wait_condition: Callable[..., dict[str, Any]],
+) -> None:
+    """A Service of another team, unlabelled, not in the operator's caches: a
+    KimiK3Deployment named after it is refused, and the Service keeps every field."""
+    theirs = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "shared", "labels": {"team": "web"}},
+        "spec": {"selector": {"app": "web"}, "ports": [{"port": 80}]},
+    }
+    cluster.apply(theirs, namespace)
+    before = cluster.get("service", "shared", namespace)
+    assert before is not None
+    cluster.apply(kimi("shared", **SMALL), namespace)
+    body = wait_condition("shared", namespace, "Degraded", "True", "NameConflict", timeout=60)
+    assert "Service/shared" in condition(body, "Degraded")["message"]
+    after = cluster.get("service", "shared", namespace)
+    assert after is not None
+    assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+    assert "ownerReferences" not in after["metadata"]
+    assert cluster.get("lws", "shared", namespace) is None, "nothing half made"
+    events = cluster.kubectl(
+        "get", "events", "-n", namespace, "--field-selector", "reason=NameConflict", "-o", "json"
+    ).stdout
+    assert '"type": "Warning"' in events
+
+    # The other team removes its Service: the deployment goes ahead at the next resync.
+    cluster.kubectl("delete", "service", "shared", "-n", namespace)
+    wait_condition("shared", namespace, "Available", "True", "Available", timeout=120)
+
+
+def test_the_longest_name_serves_with_children_named_within_their_limits(
+    cluster: Cluster,
+    namespace: str,
+    operator: OperatorProcess,
+    wait_condition: Callable[..., dict[str, Any]],
+) -> None:
+    name = "k" * 49
+    cluster.apply(kimi(name, **SMALL), namespace)
+    wait_condition(name, namespace, "Available", "True", "Available", timeout=120)
+    sets = [s["metadata"]["name"] for s in cluster.items("statefulsets", namespace)]
+    assert sets and all(len(s) <= 52 for s in sets), sets
