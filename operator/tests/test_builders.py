@@ -333,3 +333,10 @@ def test_only_pods_that_fetch_get_the_token() -> None:
     assert "HF_TOKEN" in [e["name"] for e in env]
     cache_disk = container(lws_of(cached)["spec"]["leaderWorkerTemplate"]["leaderTemplate"])
     assert "ephemeral-storage" not in cache_disk["resources"]["requests"]
+
+
+def test_a_serving_pod_gets_back_only_the_capabilities_asked_for() -> None:
+    lws = lws_of(spec_of(engine={"addCapabilities": ["IPC_LOCK"]}))
+    for role in ("leaderTemplate", "workerTemplate"):
+        c = container(lws["spec"]["leaderWorkerTemplate"][role])
+        assert c["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["IPC_LOCK"]}

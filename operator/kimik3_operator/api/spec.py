@@ -21,6 +21,8 @@ Architecture = Literal[
 ]
 DrafterMethod = Literal["dspark", "eagle3", "dflash", "mtp", "none"]
 Platform = Literal["nvidia", "amd"]
+# Linux capabilities a serving pod may add back: memlock for RDMA fabrics, NUMA binding.
+Capability = Literal["IPC_LOCK", "SYS_NICE"]
 PreflightMode = Literal["Enforce", "Warn", "Disabled"]
 ServiceType = Literal["ClusterIP", "NodePort", "LoadBalancer"]
 SampleMethod = Literal["greedy", "probabilistic"]
@@ -119,6 +121,7 @@ class EngineSpec:
     kv_cache_dtype: str = "fp8"
     extra_args: tuple[str, ...] = ()
     env: tuple[Mapping[str, Any], ...] = ()
+    add_capabilities: tuple[Capability, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,16 +62,20 @@ def with_spec_hash(manifest: dict[str, Any]) -> dict[str, Any]:
     return manifest
 
 
-def hardened(pod_spec: dict[str, Any]) -> dict[str, Any]:
+def hardened(pod_spec: dict[str, Any], add: Sequence[str] = ()) -> dict[str, Any]:
     """Every pod the operator makes: no API token (none of them calls the API server), the
     runtime's default seccomp profile, and containers that cannot gain privileges and hold
-    no Linux capability (GPUs come through the device plugin, which needs none)."""
+    no Linux capability (GPUs come through the device plugin, which needs none) but the
+    ones ``add`` names (spec.engine.addCapabilities, serving pods only)."""
     pod_spec["automountServiceAccountToken"] = False
     pod_spec.setdefault("securityContext", {})["seccompProfile"] = {"type": "RuntimeDefault"}
+    capabilities: dict[str, Any] = {"drop": ["ALL"]}
+    if add:
+        capabilities["add"] = list(add)
     for container in pod_spec.get("containers", []):
         container["securityContext"] = {
             "allowPrivilegeEscalation": False,
-            "capabilities": {"drop": ["ALL"]},
+            "capabilities": dict(capabilities),
         }
     return pod_spec
 

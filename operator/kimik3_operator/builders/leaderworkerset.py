@@ -122,7 +122,8 @@ def _pod_template(
             "volumes": _volumes(spec, owner),
             # Shard loading and NCCL teardown take a while; do not cut them short.
             "terminationGracePeriodSeconds": 120,
-        }
+        },
+        add=spec.engine.add_capabilities,
     )
     placement = spec.placement
     if placement.node_selector:
