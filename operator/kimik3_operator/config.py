@@ -31,7 +31,8 @@ class Settings:
     workers: int = 8  # reconciles that may run at once (one per resource at a time)
     scrape_workers: int = 4
     coalesce_seconds: float = 0.1  # events for one resource within this become one reconcile
-    retry_seconds: float = 5.0  # after a failed reconcile
+    # A failed reconcile is retried after 10 ms, doubling each time, up to this.
+    retry_max_seconds: float = 300.0
     # Test clusters without GPUs only: a --speculative-config (JSON) used verbatim for
     # resources whose preflight is Disabled, so vLLM's CPU build can run a method it has.
     test_speculative_config: str = ""
@@ -59,7 +60,7 @@ class Settings:
             gpu_inventory=_flag(env.get("KIMIK3_GPU_INVENTORY"), cls.gpu_inventory),
             workers=int(env.get("KIMIK3_WORKERS", cls.workers)),
             coalesce_seconds=float(env.get("KIMIK3_COALESCE_SECONDS", cls.coalesce_seconds)),
-            retry_seconds=float(env.get("KIMIK3_RETRY_SECONDS", cls.retry_seconds)),
+            retry_max_seconds=float(env.get("KIMIK3_RETRY_MAX_SECONDS", cls.retry_max_seconds)),
             test_speculative_config=env.get("KIMIK3_TEST_SPECULATIVE_CONFIG", ""),
             peering_name=env.get("KIMIK3_PEERING_NAME", cls.peering_name),
             priority=int(env.get("KIMIK3_PRIORITY") or _random_priority()),

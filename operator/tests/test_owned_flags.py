@@ -5,6 +5,7 @@ e2e/test_crd.py)."""
 from __future__ import annotations
 
 import pytest
+
 from kimik3_operator.api.flags import owned_flag
 
 

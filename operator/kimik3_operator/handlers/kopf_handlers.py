@@ -79,6 +79,14 @@ def start(settings: kopf.OperatorSettings, **_: Any) -> None:
     CONTROLLERS.append(controller)
 
 
+@kopf.on.probe(id="caches")
+def caches_synced(**_: Any) -> str:
+    """The health endpoint fails until every watch has listed and the workers run."""
+    if not CONTROLLERS or not all(c.ready.is_set() for c in CONTROLLERS):
+        raise kopf.PermanentError("the watch caches have not all listed yet")
+    return "synced"
+
+
 @kopf.on.cleanup()
 def stop(**_: Any) -> None:
     while CONTROLLERS:
