@@ -34,10 +34,8 @@ from e2e.conftest import (
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 CHART = ROOT / "charts" / "kimik3-operator"
 VARIANTS = ["default", *sorted(p.stem for p in (CHART / "ci").glob("*-values.yaml"))]
-CRD_KINDS = {"ServiceMonitor", "PrometheusRule", "PodMonitor", "KopfPeering", "ClusterKopfPeering"}
-# kopf's log lines when a replica stops and starts serving the resources.
-PAUSED = "Pausing the watch-stream for kimik3deployments"
-RESUMED = "Resuming the watch-stream for kimik3deployments"
+CRD_KINDS = {"ServiceMonitor", "PrometheusRule", "PodMonitor"}
+LEADING = "leading: holding Lease"
 SMALL = {
     "engine": {"image": "vllm/vllm-openai:v0.33.0"},
     "preflight": {"probe": False},
@@ -101,7 +99,7 @@ def test_every_value_is_documented() -> None:
 
 
 def test_chart_crds_are_the_manifests_crds() -> None:
-    for name in ("kimik3deployments.yaml", "kopf-peering.yaml"):
+    for name in ("kimik3deployments.yaml",):
         assert (CHART / "crds" / name).read_text() == (
             ROOT / "manifests" / "crd" / name
         ).read_text(), f"run scripts/sync-crd.sh: charts/kimik3-operator/crds/{name} drifted"
@@ -325,6 +323,8 @@ def test_rbac_is_least_privilege(cluster: Cluster, release: tuple[str, str]) -> 
 def test_leader_election_fails_over(
     cluster: Cluster, release: tuple[str, str], wait_condition: Callable[..., dict[str, Any]]
 ) -> None:
+    """Two operator processes with the chart's RBAC elect one leader on a Lease: the other
+    reconciles nothing; a kill -9 of the leader hands over within the lease, a SIGTERM at once."""
     name, system = release
     watched = system.replace("kimik3-", "llm-")
     helm(
@@ -336,37 +336,31 @@ def test_leader_election_fails_over(
         system,
         "--set",
         f"watchNamespaces={{{watched}}}",
-        "--set",
-        "leaderElection.lifetimeSeconds=5",
     )
-    peering = {"KIMIK3_PEERING_NAME": name, "KIMIK3_PEERING_LIFETIME_SECONDS": "5"}
-    first = _operator_as(
-        cluster, system, name, watched, "-a", {**peering, "KIMIK3_PRIORITY": "200"}
-    )
-    second = _operator_as(
-        cluster, system, name, watched, "-b", {**peering, "KIMIK3_PRIORITY": "100"}
-    )
+    lease = {
+        "KIMIK3_LEASE_NAME": name,
+        "KIMIK3_LEASE_NAMESPACE": system,
+        "KIMIK3_LEASE_SECONDS": "12",
+    }
+    first = _operator_as(cluster, system, name, watched, "-a", {**lease, "POD_NAME": "a"})
+    second = _operator_as(cluster, system, name, watched, "-b", {**lease, "POD_NAME": "b"})
     first.start()
+    wait_for(lambda: LEADING in first.log.read_text(), 30, "the first replica to lead")
     second.start()
     try:
-        wait_for(
-            lambda: PAUSED in second.log.read_text(),
-            30,
-            "the lower-priority replica to pause",
-        )
         cluster.apply(kimi("k3", **SMALL), watched)
         wait_condition("k3", watched, "Available", "True", "Available", timeout=120)
-        after_pause = second.log.read_text().split(PAUSED, 1)[1]
-        assert "Handler 'on_change'" not in after_pause, "the paused replica stays idle"
+        assert first.reconciles() > 0
+        assert second.reconciles() == 0, "the standby reconciles nothing"
+        assert LEADING not in second.log.read_text()
+
         assert first.process is not None
-        first.process.kill()  # a crash: no goodbye in the peering object
+        first.process.kill()  # a crash: the Lease is not released
         killed = time.monotonic()
-        wait_for(
-            lambda: RESUMED in second.log.read_text(),
-            60,
-            "the other replica to take over",
-        )
-        print(f"leader failover: {time.monotonic() - killed:.1f}s")
+        wait_for(lambda: LEADING in second.log.read_text(), 30, "the standby to take over")
+        failover = time.monotonic() - killed
+        print(f"leader failover after kill -9: {failover:.1f}s (lease 12 s)")
+        assert failover <= 15
         cluster.kubectl(
             "patch", "kk3d", "k3", "-n", watched, "--type=merge", "-p", '{"spec":{"replicas":2}}'
         )
@@ -378,6 +372,20 @@ def test_leader_election_fails_over(
             120,
             "the survivor to converge the scale-up",
         )
+
+        # A stopped leader (SIGTERM, a rolling update) releases the Lease: no wait.
+        first.log.write_text("")
+        first.start()
+        stopped = time.monotonic()
+        second.stop()
+        wait_for(lambda: LEADING in first.log.read_text(), 15, "the other replica to lead")
+        handover = time.monotonic() - stopped
+        print(f"leader handover after SIGTERM: {handover:.1f}s (from the signal)")
+        assert handover <= 4
+        holder = cluster.kubectl(
+            "get", "lease", name, "-n", system, "-o", "jsonpath={.spec.holderIdentity}"
+        ).stdout
+        assert holder == "a"
     finally:
         first.stop()
         second.stop()

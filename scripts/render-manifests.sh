@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Generates manifests/operator.yaml (namespace, RBAC, Deployment, Service, peering) from the
+# Generates manifests/operator.yaml (namespace, RBAC, Deployment, Service, admission policy) from the
 # chart with `helm template`, so `kubectl apply -f manifests/crd/ -f manifests/` installs the
 # same operator as the chart's defaults (for an API server that serves ValidatingAdmissionPolicy,
 # admissionregistration.k8s.io/v1, Kubernetes 1.30 and later). A test fails when the bundle drifts.

@@ -3,4 +3,3 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cp "$root/manifests/crd/kimik3deployments.yaml" "$root/charts/kimik3-operator/crds/kimik3deployments.yaml"
-cp "$root/manifests/crd/kopf-peering.yaml" "$root/charts/kimik3-operator/crds/kopf-peering.yaml"

@@ -12,7 +12,7 @@ import json
 import logging
 import queue
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +22,10 @@ from kimik3_operator.observe import GpuInventory
 
 log = logging.getLogger(__name__)
 Key = tuple[str, str, str]  # kind, namespace ("" when cluster-scoped), name
+
+
+class NotLeaderError(RuntimeError):
+    """A write refused because leadership was lost while a reconcile ran."""
 
 
 # Anyone may label an object as the operator's; an object over this size cannot be one it
@@ -338,6 +342,8 @@ class CachedKube:
     def __init__(self, api: Kube, store: Store, background_events: bool = False) -> None:
         self.api = api
         self.store = store
+        # With leader election: whether this replica leads; no write goes out when not.
+        self.may_write: Callable[[], bool] = lambda: True
         self._events: queue.Queue[Mapping[str, Any]] | None = None
         if background_events:
             self._events = queue.Queue(maxsize=10000)
@@ -367,12 +373,17 @@ class CachedKube:
     ) -> list[Obj]:
         return self.store.list(kind, namespace, label_selector)
 
+    def _fence(self) -> None:
+        if not self.may_write():
+            raise NotLeaderError("this replica no longer holds the Lease: nothing is written")
+
     def get_uncached(
         self, api_version: str, kind: str, name: str, namespace: str | None = None
     ) -> Obj | None:
         return self.api.get(api_version, kind, name, namespace)
 
     def apply(self, manifest: Mapping[str, Any], force: bool = True) -> Obj:
+        self._fence()
         result = self.api.apply(manifest, force)
         self.store.upsert(str(manifest["kind"]), result)
         return result
@@ -380,6 +391,7 @@ class CachedKube:
     def patch_status(
         self, api_version: str, kind: str, name: str, namespace: str, status: Mapping[str, Any]
     ) -> Obj:
+        self._fence()
         result = self.api.patch_status(api_version, kind, name, namespace, status)
         self.store.upsert(kind, result)
         return result
@@ -387,15 +399,18 @@ class CachedKube:
     def patch(
         self, api_version: str, kind: str, name: str, namespace: str, patch: Mapping[str, Any]
     ) -> Obj:
+        self._fence()
         result = self.api.patch(api_version, kind, name, namespace, patch)
         self.store.upsert(kind, result)
         return result
 
     def delete(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> None:
+        self._fence()
         self.api.delete(api_version, kind, name, namespace)
         self.store.remove(kind, namespace, name)
 
     def create(self, manifest: Mapping[str, Any]) -> Obj:
+        self._fence()
         if self._events is not None and manifest.get("kind") == "Event":
             try:
                 self._events.put_nowait(manifest)

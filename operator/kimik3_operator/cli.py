@@ -137,8 +137,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     kopf.run(
         clusterwide=not settings.namespaces,
         namespaces=settings.namespaces,
-        standalone=not settings.peering_name,
-        peering_name=settings.peering_name or None,
+        # Leadership is the operator's own Lease (leader.py); kopf's peering is not used.
+        standalone=True,
         liveness_endpoint=settings.health_endpoint,
     )
     return 0

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import os
-import random
+import socket
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -15,10 +16,12 @@ class Settings:
     health_endpoint: str = "http://0.0.0.0:8080/healthz"
     metrics_port: int = 8081  # 0: no metrics server
     metrics_address: str = "0.0.0.0"
-    peering_name: str = ""  # empty: standalone, no leader election
-    # Among replicas with the same peering name the highest priority works, the rest wait.
-    priority: int = 0
-    peering_lifetime_seconds: int = 15
+    # Leader election on a Lease of this name (empty: standalone, always active), in
+    # lease_namespace; lease_seconds after the leader's last renewal another may take over.
+    lease_name: str = ""
+    lease_namespace: str = "default"
+    lease_seconds: float = 12.0
+    identity: str = ""  # this replica's name in the Lease: the pod's name
     scrape_seconds: float = 30.0
     acceptance_window_seconds: float = 300.0
     # Where pods have no network (the end-to-end tests), read every leader's metrics here;
@@ -31,7 +34,8 @@ class Settings:
     workers: int = 8  # reconciles that may run at once (one per resource at a time)
     scrape_workers: int = 4
     coalesce_seconds: float = 0.1  # events for one resource within this become one reconcile
-    retry_seconds: float = 5.0  # after a failed reconcile
+    # A failed reconcile is retried after 10 ms, doubling each time, up to this.
+    retry_max_seconds: float = 300.0
     # Test clusters without GPUs only: a --speculative-config (JSON) used verbatim for
     # resources whose preflight is Disabled, so vLLM's CPU build can run a method it has.
     test_speculative_config: str = ""
@@ -59,13 +63,12 @@ class Settings:
             gpu_inventory=_flag(env.get("KIMIK3_GPU_INVENTORY"), cls.gpu_inventory),
             workers=int(env.get("KIMIK3_WORKERS", cls.workers)),
             coalesce_seconds=float(env.get("KIMIK3_COALESCE_SECONDS", cls.coalesce_seconds)),
-            retry_seconds=float(env.get("KIMIK3_RETRY_SECONDS", cls.retry_seconds)),
+            retry_max_seconds=float(env.get("KIMIK3_RETRY_MAX_SECONDS", cls.retry_max_seconds)),
             test_speculative_config=env.get("KIMIK3_TEST_SPECULATIVE_CONFIG", ""),
-            peering_name=env.get("KIMIK3_PEERING_NAME", cls.peering_name),
-            priority=int(env.get("KIMIK3_PRIORITY") or _random_priority()),
-            peering_lifetime_seconds=int(
-                env.get("KIMIK3_PEERING_LIFETIME_SECONDS", cls.peering_lifetime_seconds)
-            ),
+            lease_name=env.get("KIMIK3_LEASE_NAME", cls.lease_name),
+            lease_namespace=env.get("KIMIK3_LEASE_NAMESPACE") or cls.lease_namespace,
+            lease_seconds=float(env.get("KIMIK3_LEASE_SECONDS", cls.lease_seconds)),
+            identity=env.get("POD_NAME") or f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}",
         )
 
 
@@ -73,8 +76,3 @@ def _flag(value: str | None, default: bool) -> bool:
     if value is None or value == "":
         return default
     return value.strip().lower() in ("1", "true", "yes", "on")
-
-
-def _random_priority() -> int:
-    """Distinct priorities make exactly one replica active (kopf keeps equal ones all active)."""
-    return random.randint(1, 1_000_000)

@@ -1,15 +1,23 @@
 """List-then-watch of one kind in one scope, feeding a callback: the source of every read.
 
-One thread per informer. A list replaces what the consumer holds for the scope (so objects
-deleted while the watch was down disappear), then the watch resumes from the list's
-resourceVersion; bookmarks keep that version fresh, and 410 Gone or a broken stream falls
-back to a new list after a backoff. The API server is never polled.
+One thread per informer, with client-go's reflector guarantees:
+- a list replaces what the consumer holds for the scope, and every object it held that the
+  list no longer has gets a DELETED event (an owner learns of a child deleted during an
+  outage at once, not at the next resync);
+- the watch resumes from the last resourceVersion it saw (bookmarks keep it fresh); only
+  410 Gone, or an expired version, costs a new list. A broken stream or an API server that
+  restarts is a new watch from where it left off, not a list of 20,000 pods;
+- the backoff after an error and each watch's timeout are jittered, so the informers of many
+  operators do not reconnect in lockstep after an API server restart;
+- a consumer callback that raises is logged and skipped: it costs neither the watch nor a list.
+The API server is never polled.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import random
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -19,8 +27,9 @@ log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 OnEvent = Callable[[str, Obj], None]
 OnSync = Callable[[list[Obj]], None]
-WATCH_SECONDS = 290
+WATCH_SECONDS = 290  # each watch asks for 290 to 580 s (jittered), as client-go does
 PAGE = 500
+BACKOFF_START, BACKOFF_MAX = 0.5, 30.0
 
 
 class GoneError(Exception):
@@ -50,6 +59,11 @@ class Informer:
     _stop: threading.Event = field(default_factory=threading.Event)
     _wake: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
+    # What the consumer holds, by (namespace, name): the identity of each object, so a new
+    # list can report the ones that vanished.
+    _known: dict[tuple[str, str], Obj] = field(default_factory=dict)
+    # Jitter and clock, replaceable in tests.
+    random: Callable[[], float] = random.random
 
     def start(self) -> None:
         self._thread = threading.Thread(
@@ -108,17 +122,20 @@ class Informer:
                 return items, str(meta.get("resourceVersion", ""))
 
     def _watch(self, version: str) -> Iterator[tuple[str, Obj]]:
+        timeout = int(WATCH_SECONDS * (1 + self.random()))
         query = self._query(
             [
                 ("watch", "true"),
                 ("allowWatchBookmarks", "true"),
                 ("resourceVersion", version),
-                ("timeoutSeconds", str(WATCH_SECONDS)),
+                ("timeoutSeconds", str(timeout)),
             ]
         )
-        response = self._request(query, (10, WATCH_SECONDS + 30))
+        response = self._request(query, (10, timeout + 30))
         if response.status == 410:
             raise GoneError
+        if response.status == 404:
+            raise NotServedError
         if response.status >= 400:
             raise OSError(f"watch {self.path}: {response.status} {response.read()[:300]!r}")
         raw = response.response
@@ -136,14 +153,51 @@ class Informer:
         finally:
             raw.release_conn()
 
+    def _jittered(self, seconds: float) -> float:
+        return seconds * (1 + self.random())
+
+    @staticmethod
+    def _identity(obj: Obj) -> tuple[tuple[str, str], Obj]:
+        meta = obj.get("metadata") or {}
+        # Objects trimmed to their uid (the GPU ledger's pods) are known by it.
+        key = (str(meta.get("namespace") or ""), str(meta.get("name") or meta.get("uid") or ""))
+        kept = {k: meta[k] for k in ("name", "namespace", "uid", "labels") if k in meta}
+        return key, {"metadata": kept}
+
+    def _deliver(self, kind: str, obj: Obj) -> None:
+        key, identity = self._identity(obj)
+        if kind == "DELETED":
+            self._known.pop(key, None)
+        else:
+            self._known[key] = identity
+        try:
+            self.on_event(kind, obj)
+        except Exception:
+            log.exception("informer %s: the %s handler failed; skipped", self.name, kind)
+
+    def _sync(self, items: list[Obj]) -> None:
+        """A fresh list: the consumer's scope replaced, and a DELETED event for each object
+        it held that is gone."""
+        before = self._known
+        self._known = dict(self._identity(obj) for obj in items)
+        try:
+            self.on_sync(items)
+        except Exception:
+            log.exception("informer %s: the list handler failed", self.name)
+        for key in before.keys() - self._known.keys():
+            try:
+                self.on_event("DELETED", before[key])
+            except Exception:
+                log.exception("informer %s: the DELETED handler failed; skipped", self.name)
+
     def _run(self) -> None:
-        backoff = 0.5
+        backoff = BACKOFF_START
         version = ""
         while not self._stop.is_set():
             try:
                 if not version:
                     items, version = self._list()
-                    self.on_sync(items)
+                    self._sync(items)
                     self.synced.set()
                 for kind, obj in self._watch(version):
                     if kind == "ERROR":
@@ -152,21 +206,22 @@ class Informer:
                         raise OSError(f"watch error: {obj.get('message')}")
                     version = str(obj.get("metadata", {}).get("resourceVersion") or version)
                     if kind != "BOOKMARK":
-                        self.on_event(kind, self.transform(obj) if self.transform else obj)
-                backoff = 0.5
+                        self._deliver(kind, self.transform(obj) if self.transform else obj)
+                backoff = BACKOFF_START
             except GoneError:
+                # The version is too old for the API server: only a list can catch up.
                 version = ""
             except NotServedError:
                 # Nothing of a kind that does not exist: say so, and look again later.
-                self.on_sync([])
+                self._sync([])
                 self.synced.set()
                 version = ""
-                if self._pause(30.0):
+                if self._pause(self._jittered(15.0)):
                     return
-            except Exception as exc:  # the API server restarting, a broken stream, a bad callback
-                log.info("informer %s: %s; retrying in %.1fs", self.name or self.path, exc, backoff)
-                if self._pause(backoff):
+            except Exception as exc:  # the API server restarting, a broken stream
+                wait = self._jittered(backoff)
+                log.info("informer %s: %s; resuming in %.1fs", self.name or self.path, exc, wait)
+                if self._pause(wait):
                     return
-                backoff = min(backoff * 2, 30.0)
-                # The stream may have missed events: list again rather than trust the version.
-                version = ""
+                backoff = min(backoff * 2, BACKOFF_MAX)
+                # The watch resumes from the last version it saw; a list only if none yet.

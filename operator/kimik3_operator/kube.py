@@ -31,8 +31,7 @@ PLURALS = {
     "PodMonitor": "podmonitors",
     "KimiK3Deployment": "kimik3deployments",
     "CustomResourceDefinition": "customresourcedefinitions",
-    "ClusterKopfPeering": "clusterkopfpeerings",
-    "KopfPeering": "kopfpeerings",
+    "Lease": "leases",
 }
 
 

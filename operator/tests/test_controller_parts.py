@@ -6,6 +6,8 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+import pytest
+
 from conftest import FakeKube, resource
 from kimik3_operator.api.constants import LEGACY_KOPF_FINALIZER, ConditionType
 from kimik3_operator.cache import CachedKube, Store, parse_selector
@@ -205,3 +207,85 @@ def test_the_store_keeps_what_the_operator_reads_and_no_more() -> None:
     }
     store.upsert("KimiK3Deployment", huge)
     assert store.get("KimiK3Deployment", "a", "k3") == huge
+
+
+def test_a_failing_key_backs_off_exponentially_and_a_success_resets_it() -> None:
+    clock = Clock()
+    queue: WorkQueue[str] = WorkQueue(delay=0.0, clock=clock, retry_base=0.01, retry_max=1.0)
+    delays = []
+    for _ in range(9):
+        queue.add("k")
+        assert queue.get(timeout=0) == "k"
+        queue.done("k")
+        delays.append(queue.add_after_failure("k"))
+        clock.now += 10  # long enough for any backoff; the bucket refills meanwhile
+        assert queue.get(timeout=0) == "k"
+        queue.done("k")
+    assert delays == [0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.0, 1.0]
+    assert queue.failures("k") == 9
+    queue.forget("k")
+    assert queue.add_after_failure("k") == 0.01, "a success starts the backoff afresh"
+
+
+def test_many_failing_keys_at_once_are_held_to_the_overall_rate() -> None:
+    clock = Clock()
+    queue: WorkQueue[int] = WorkQueue(clock=clock, retry_qps=10.0, retry_burst=100)
+    delays = [queue.add_after_failure(n) for n in range(300)]
+    assert max(delays[:100]) == 0.01, "the burst goes at once"
+    assert delays[-1] == pytest.approx(20.0), "then 10 a second: 200 more take 20 s"
+
+
+def test_the_queue_reports_the_workqueue_metrics() -> None:
+    from prometheus_client import REGISTRY
+
+    clock = Clock()
+    queue: WorkQueue[str] = WorkQueue(delay=0.0, clock=clock)
+    adds = REGISTRY.get_sample_value("kimik3_workqueue_adds_total") or 0.0
+    queue.add("a")
+    queue.add("b")
+    assert REGISTRY.get_sample_value("kimik3_workqueue_depth") == 2
+    assert queue.get(timeout=0) == "a"
+    clock.now = 3.0
+    assert REGISTRY.get_sample_value("kimik3_workqueue_longest_running_processor_seconds") == 3.0
+    queue.done("a")
+    assert REGISTRY.get_sample_value("kimik3_workqueue_adds_total") == adds + 2
+    assert (REGISTRY.get_sample_value("kimik3_workqueue_work_duration_seconds_count") or 0) >= 1
+    retries = REGISTRY.get_sample_value("kimik3_workqueue_retries_total") or 0.0
+    queue.add_after_failure("a")
+    assert REGISTRY.get_sample_value("kimik3_workqueue_retries_total") == retries + 1
+
+
+class SilentInformer:
+    """A watch that has not listed (RBAC refused, the API server away)."""
+
+    def __init__(self) -> None:
+        self.synced = threading.Event()
+        self.name = "pods in llm"
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+
+def test_workers_start_only_once_every_watch_has_listed() -> None:
+    import time
+
+    from kimik3_operator.config import Settings
+    from kimik3_operator.handlers.controller import Controller
+    from kimik3_operator.handlers.speculation import Scraper
+
+    silent = SilentInformer()
+    controller = Controller(
+        api=FakeKube(), api_client=None, settings=Settings(gpu_inventory=False), scraper=Scraper()
+    )
+    controller.build_informers = lambda: [silent]  # type: ignore[method-assign, list-item]
+    controller.start(sync_timeout=0.1)
+    time.sleep(0.5)
+    assert not controller.ready.is_set(), "not ready, never 'starting anyway'"
+    assert not any(t.name.startswith("reconcile-") for t in threading.enumerate())
+    silent.synced.set()
+    assert controller.ready.wait(5)
+    assert any(t.name.startswith("reconcile-") for t in threading.enumerate())
+    controller.stop()

@@ -42,8 +42,8 @@ app.kubernetes.io/component: operator
 {{- end -}}
 {{- end -}}
 
-{{/* The kopf peering name shared by the replicas. */}}
-{{- define "kimik3-operator.peeringName" -}}
+{{/* The Lease the replicas elect their leader on, in the release namespace. */}}
+{{- define "kimik3-operator.leaseName" -}}
 {{- include "kimik3-operator.fullname" . -}}
 {{- end -}}
 

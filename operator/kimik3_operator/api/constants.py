@@ -108,6 +108,7 @@ class Reason:
     PIPELINE_PARALLEL_SUPPORTED: Final = "PipelineParallelSupported"
     PREFLIGHT_DISABLED: Final = "PreflightDisabled"
     PROBE_FAILED: Final = "ProbeFailed"
+    PROBE_DEADLINE_EXCEEDED: Final = "ProbeDeadlineExceeded"
     PROBE_IMAGE_PULL_FAILED: Final = "ProbeImagePullFailed"
     PROBE_REPORT_MISSING: Final = "ProbeReportMissing"
     PROBE_RUNNING: Final = "ProbeRunning"

@@ -107,6 +107,8 @@ class Controller:
     informers: list[Informer] = field(default_factory=list)
     progress: DownloadProgress = field(default_factory=DownloadProgress)
     _stop: threading.Event = field(default_factory=threading.Event)
+    # Every watch has listed and the workers run.
+    ready: threading.Event = field(default_factory=threading.Event)
     _scraping: set[Key] = field(default_factory=set)
     _scrape_lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -116,6 +118,7 @@ class Controller:
             self.progress.url_override or self.settings.download_progress_url
         )
         self.queue.delay = self.settings.coalesce_seconds
+        self.queue.retry_max = self.settings.retry_max_seconds
         self.test_config = test_speculative_config(self.settings.test_speculative_config)
         if self.settings.gpu_inventory and self.ledger is None:
             self.ledger = GpuLedger()
@@ -294,12 +297,25 @@ class Controller:
         body = {"metadata": {"namespace": namespace, "name": name}}
         try:
             reconcile(self.kube, body, nodes=self.ledger, test_config=self.test_config)
-        except KubeError as exc:
-            log.warning("reconcile of %s/%s: %s; retrying", namespace, name, exc)
-            self.queue.add(key, delay=self.settings.retry_seconds)
-        except Exception:
-            log.exception("reconcile of %s/%s failed; retrying", namespace, name)
-            self.queue.add(key, delay=self.settings.retry_seconds)
+        except Exception as exc:
+            delay = self.queue.add_after_failure(key)
+            attempt = self.queue.failures(key)
+            if attempt == 1 and not isinstance(exc, KubeError):
+                log.exception(
+                    "reconcile of %s/%s failed; retrying in %.2fs", namespace, name, delay
+                )
+            else:
+                # The trace was logged once; each later attempt is one line.
+                log.warning(
+                    "reconcile of %s/%s failed (attempt %d): %s; retrying in %.2fs",
+                    namespace,
+                    name,
+                    attempt,
+                    exc,
+                    delay,
+                )
+        else:
+            self.queue.forget(key)
 
     def _work(self) -> None:
         while not self._stop.is_set():
@@ -367,17 +383,31 @@ class Controller:
     # --- lifecycle ----------------------------------------------------------------------
 
     def start(self, sync_timeout: float = 60.0) -> None:
+        """Starts the watches, and the workers once every watch has listed: a reconcile
+        before the caches hold the truth would report absences it made up."""
         self.informers = self.build_informers()
         for informer in self.informers:
             informer.start()
+        self._spawn(lambda: self._start_when_synced(sync_timeout), "manager")
+
+    def _start_when_synced(self, sync_timeout: float) -> None:
         deadline = time.monotonic() + sync_timeout
         for informer in self.informers:
-            # Reconciling before the caches hold the truth would report made-up absences.
-            if not informer.synced.wait(max(0.0, deadline - time.monotonic())):
-                log.warning("informer %s has not listed yet; starting anyway", informer.name)
+            if informer.synced.wait(max(0.0, deadline - time.monotonic())):
+                continue
+            log.error(
+                "informer %s has not listed in %.0fs: not ready (the health endpoint fails) "
+                "until it has; check the operator's RBAC and the API server",
+                informer.name,
+                sync_timeout,
+            )
+            while not informer.synced.wait(1.0):
+                if self._stop.is_set():
+                    return
         for number in range(self.settings.workers):
             self._spawn(self._work, f"reconcile-{number}")
         self._spawn(self._loop, "periodic")
+        self.ready.set()
         self.enqueue_all()
 
     def _spawn(self, target: Callable[[], None], name: str) -> None:

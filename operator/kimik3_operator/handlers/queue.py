@@ -3,6 +3,12 @@
 A key added while it waits is not added twice; a key added while it is being reconciled is
 reconciled once more afterwards (never twice at the same time). Keys wait ``delay`` seconds
 before they are handed out, so a burst of pod events lands in one reconcile.
+
+A key whose reconcile failed comes back after a per-key exponential backoff (``retry_base``
+doubling up to ``retry_max``, reset by ``forget`` on success) and no sooner than an overall
+token bucket allows (``retry_qps``, ``retry_burst``): client-go's default controller rate
+limiter, so one failing resource is retried ever more slowly and a thousand failing at once
+do not flood the API server. The queue reports client-go's workqueue metrics.
 """
 
 from __future__ import annotations
@@ -13,12 +19,65 @@ import time
 from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
 
+from prometheus_client import Counter, Gauge, Histogram
+
 K = TypeVar("K", bound=Hashable)
+
+DEPTH = Gauge("kimik3_workqueue_depth", "Keys waiting in the reconcile queue")
+ADDS = Counter("kimik3_workqueue_adds", "Keys added to the reconcile queue")
+RETRIES = Counter("kimik3_workqueue_retries", "Keys added again after a failed reconcile")
+DURATIONS = (0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+QUEUE_SECONDS = Histogram(
+    "kimik3_workqueue_queue_duration_seconds",
+    "Time a key waits in the queue after it is due",
+    buckets=DURATIONS,
+)
+WORK_SECONDS = Histogram(
+    "kimik3_workqueue_work_duration_seconds", "Time one reconcile takes", buckets=DURATIONS
+)
+UNFINISHED = Gauge(
+    "kimik3_workqueue_unfinished_work_seconds", "Seconds the reconciles now running have taken"
+)
+LONGEST = Gauge(
+    "kimik3_workqueue_longest_running_processor_seconds",
+    "Seconds the longest reconcile now running has taken",
+)
+
+
+class TokenBucket:
+    """``qps`` tokens a second up to ``burst``; ``reserve`` says how long to wait for one."""
+
+    def __init__(self, qps: float, burst: int, clock: Callable[[], float]) -> None:
+        self.qps: float = qps
+        self.burst: int = burst
+        self._clock = clock
+        self._tokens = float(burst)
+        self._at = clock()
+
+    def reserve(self) -> float:
+        now = self._clock()
+        self._tokens = min(self.burst, self._tokens + (now - self._at) * self.qps)
+        self._at = now
+        self._tokens -= 1
+        return 0.0 if self._tokens >= 0 else -self._tokens / self.qps
 
 
 class WorkQueue(Generic[K]):
-    def __init__(self, delay: float = 0.1, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        delay: float = 0.1,
+        clock: Callable[[], float] = time.monotonic,
+        retry_base: float = 0.01,
+        retry_max: float = 300.0,
+        retry_qps: float = 10.0,
+        retry_burst: int = 100,
+    ) -> None:
         self.delay = delay
+        self.retry_base = retry_base
+        self.retry_max = retry_max
+        self._bucket = TokenBucket(retry_qps, retry_burst, clock)
+        self._failures: dict[K, int] = {}
+        self._started: dict[K, float] = {}
         self._clock = clock
         self._heap: list[tuple[float, int, K]] = []
         self._waiting: dict[K, float] = {}
@@ -26,11 +85,14 @@ class WorkQueue(Generic[K]):
         self._again: dict[K, float] = {}
         self._counter = 0
         self._closed = False
+        UNFINISHED.set_function(lambda: self.running_seconds()[0])
+        LONGEST.set_function(lambda: self.running_seconds()[1])
         self._cond = threading.Condition()
         self.coalesced = 0
 
     def add(self, key: K, delay: float | None = None) -> None:
         with self._cond:
+            ADDS.inc()
             if key in self._active:
                 # Once more after this run, at the soonest delay asked for meanwhile.
                 wanted = self.delay if delay is None else delay
@@ -45,7 +107,34 @@ class WorkQueue(Generic[K]):
             self._waiting[key] = due
             self._counter += 1
             heapq.heappush(self._heap, (due, self._counter, key))
+            DEPTH.set(len(self._waiting))
             self._cond.notify()
+
+    def add_after_failure(self, key: K) -> float:
+        """Adds ``key`` back after its backoff; returns the delay."""
+        with self._cond:
+            failures = self._failures[key] = self._failures.get(key, 0) + 1
+            delay: float = min(self.retry_base * 2.0 ** (failures - 1), self.retry_max)
+            delay = max(delay, self._bucket.reserve())
+        RETRIES.inc()
+        self.add(key, delay=delay)
+        return delay
+
+    def failures(self, key: K) -> int:
+        with self._cond:
+            return self._failures.get(key, 0)
+
+    def forget(self, key: K) -> None:
+        """``key`` reconciled: its next failure starts the backoff afresh."""
+        with self._cond:
+            self._failures.pop(key, None)
+
+    def running_seconds(self) -> tuple[float, float]:
+        """(all running reconciles together, the longest of them), in seconds."""
+        now = self._clock()
+        with self._cond:
+            spans = [now - t for t in self._started.values()]
+        return sum(spans), max(spans, default=0.0)
 
     def get(self, timeout: float | None = None) -> K | None:
         """The next due key, or None when closed or after ``timeout`` seconds."""
@@ -56,9 +145,12 @@ class WorkQueue(Generic[K]):
                 while self._heap and self._waiting.get(self._heap[0][2]) != self._heap[0][0]:
                     heapq.heappop(self._heap)  # superseded by an earlier due time
                 if self._heap and self._heap[0][0] <= now:
-                    _, _, key = heapq.heappop(self._heap)
+                    due, _, key = heapq.heappop(self._heap)
                     del self._waiting[key]
                     self._active.add(key)
+                    self._started[key] = now
+                    DEPTH.set(len(self._waiting))
+                    QUEUE_SECONDS.observe(max(0.0, now - due))
                     return key
                 wait = self._heap[0][0] - now if self._heap else None
                 if deadline is not None:
@@ -71,6 +163,9 @@ class WorkQueue(Generic[K]):
 
     def done(self, key: K) -> None:
         with self._cond:
+            started = self._started.pop(key, None)
+            if started is not None:
+                WORK_SECONDS.observe(self._clock() - started)
             self._active.discard(key)
             again = key in self._again
             delay = self._again.pop(key, None)

@@ -119,7 +119,7 @@ def probe_state(
     for cond in (job or {}).get("status", {}).get("conditions", []) or []:
         if cond.get("type") == "Failed" and cond.get("status") == "True":
             reason = (
-                "ProbeDeadlineExceeded"
+                Reason.PROBE_DEADLINE_EXCEEDED
                 if cond.get("reason") == "DeadlineExceeded"
                 else Reason.PROBE_FAILED
             )

@@ -1,0 +1,149 @@
+"""Leader election on a Lease: exactly one leader, takeover only after the lease expires as
+the follower has seen it, handover at once on release, and no write after leadership is lost."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from conftest import FakeKube
+from kimik3_operator.cache import CachedKube, NotLeaderError, Store
+from kimik3_operator.kube import KubeError
+from kimik3_operator.leader import LeaseElector
+
+
+class LeaseApi:
+    """The Lease endpoints with the API server's optimistic concurrency."""
+
+    def __init__(self) -> None:
+        self.lease: dict[str, Any] | None = None
+        self.version = 0
+        self.down = False
+
+    def _check(self) -> None:
+        if self.down:
+            raise KubeError(503, "Service Unavailable", "{}")
+
+    def get(self, *_: Any) -> dict[str, Any] | None:
+        self._check()
+        return copy.deepcopy(self.lease)
+
+    def create(self, manifest: Mapping[str, Any]) -> dict[str, Any]:
+        self._check()
+        if self.lease is not None:
+            raise KubeError(409, "Conflict", "{}")
+        self.version += 1
+        self.lease = {
+            **copy.deepcopy(dict(manifest)),
+            "metadata": {"resourceVersion": str(self.version)},
+        }
+        return copy.deepcopy(self.lease)
+
+    def patch(self, _api: str, _kind: str, _name: str, _ns: str, patch: Mapping[str, Any]) -> Any:
+        self._check()
+        assert self.lease is not None
+        if patch["metadata"]["resourceVersion"] != self.lease["metadata"]["resourceVersion"]:
+            raise KubeError(409, "Conflict", "{}")
+        self.version += 1
+        self.lease["spec"].update(patch["spec"])
+        self.lease["metadata"]["resourceVersion"] = str(self.version)
+        return copy.deepcopy(self.lease)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def elector(api: LeaseApi, clock: Clock, identity: str, log: list[str]) -> LeaseElector:
+    return LeaseElector(
+        api,  # type: ignore[arg-type]
+        "kimik3-operator",
+        "kimik3-system",
+        identity,
+        on_started=lambda: log.append(f"{identity} leads"),
+        on_stopped=lambda: log.append(f"{identity} stops"),
+        lease_seconds=12,
+        renew_deadline_seconds=8,
+        retry_seconds=1.5,
+        clock=clock,
+    )
+
+
+def test_exactly_one_leads_and_a_dead_leader_is_replaced_after_the_lease() -> None:
+    api, clock, log = LeaseApi(), Clock(), []
+    a, b = elector(api, clock, "a", log), elector(api, clock, "b", log)
+    for _ in range(5):
+        a.step()
+        b.step()
+        clock.now += 1.5
+    assert log == ["a leads"] and a.leading.is_set() and not b.leading.is_set()
+    # a is killed: it renews no more. b takes over only once the Lease has not changed for
+    # its duration, by b's own clock.
+    died = clock.now
+    while not b.leading.is_set():
+        b.step()
+        clock.now += 1.5
+    assert 12 <= clock.now - died <= 12 + 1.5 + 1.5
+    assert api.lease is not None and api.lease["spec"]["holderIdentity"] == "b"
+    assert api.lease["spec"]["leaseTransitions"] == 1
+
+
+def test_release_hands_over_at_the_next_step() -> None:
+    api, clock, log = LeaseApi(), Clock(), []
+    a, b = elector(api, clock, "a", log), elector(api, clock, "b", log)
+    a.step()
+    b.step()
+    a.release()
+    assert log == ["a leads", "a stops"]
+    clock.now += 1.5
+    b.step()
+    assert b.leading.is_set(), "the released Lease is free: no wait for its duration"
+
+
+def test_a_leader_that_cannot_renew_steps_down_before_anyone_may_take_over() -> None:
+    api, clock, log = LeaseApi(), Clock(), []
+    a = elector(api, clock, "a", log)
+    a.step()
+    api.down = True
+    while a.leading.is_set():
+        clock.now += 1.5
+        a.step()
+    assert 8 <= clock.now <= 8 + 1.5, "within the renew deadline, before the 12 s lease ends"
+    assert log == ["a leads", "a stops"]
+
+
+def test_a_racing_takeover_has_one_winner() -> None:
+    api, clock, log = LeaseApi(), Clock(), []
+    a, b = elector(api, clock, "a", log), elector(api, clock, "b", log)
+    a.step()
+    b.step()
+    a.release()
+    c = elector(api, clock, "c", log)
+    c.step()
+    b.step()
+    holders = [e.identity for e in (b, c) if e.leading.is_set()]
+    assert len(holders) == 1
+
+
+def test_no_write_leaves_a_replica_that_lost_leadership() -> None:
+    kube = CachedKube(FakeKube(), Store())
+    leading = [True]
+    kube.may_write = lambda: leading[0]
+    manifest = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "x", "namespace": "a"},
+    }
+    kube.apply(manifest)
+    leading[0] = False
+    with pytest.raises(NotLeaderError):
+        kube.apply(manifest)
+    with pytest.raises(NotLeaderError):
+        kube.patch_status("v1", "ConfigMap", "x", "a", {})
