@@ -161,7 +161,7 @@ def test_plain_bundle_installs_with_kubectl(cluster: Cluster) -> None:
     assert "Kustomization" not in result.stderr
     kustomized = cluster.kubectl("kustomize", str(ROOT / "manifests")).stdout
     kinds = sorted(d["kind"] for d in yaml.safe_load_all(kustomized) if d)
-    assert kinds.count("CustomResourceDefinition") == 3 and "Deployment" in kinds
+    assert kinds.count("CustomResourceDefinition") == 1 and "Deployment" in kinds
 
 
 @pytest.fixture
