@@ -60,6 +60,8 @@ def trimmed(kind: str, obj: Mapping[str, Any]) -> Obj:
         kept["spec"] = {"nodeName": (obj.get("spec") or {}).get("nodeName")}
         kept["status"] = obj.get("status") or {}
         return kept
+    if kind == "CustomResourceDefinition":
+        return kept  # only whether it exists matters
     rest = {k: v for k, v in obj.items() if k not in ("apiVersion", "kind", "metadata")}
     if kind == KIND:
         # The resource itself is read whole: a stub would read as a default spec.

@@ -4,6 +4,7 @@ only while this replica holds the Lease. Importing registers the handlers."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import kopf
@@ -24,6 +25,7 @@ ELECTORS: list[LeaseElector] = []
 @kopf.on.startup()
 def start(settings: kopf.OperatorSettings, **_: Any) -> None:
     install_log_redaction()
+    logging.getLogger("aiohttp.server").addFilter(NotReadyLine())
     if SETTINGS.metrics_port:
         prometheus_client.start_http_server(SETTINGS.metrics_port, SETTINGS.metrics_address)
     api = ApiKube.from_environment()
@@ -58,12 +60,29 @@ def start(settings: kopf.OperatorSettings, **_: Any) -> None:
     CONTROLLERS.append(controller)
 
 
+NOT_READY = "the watch caches have not all listed yet"
+
+
 @kopf.on.probe(id="caches")
 def caches_synced(**_: Any) -> str:
-    """The health endpoint fails until every watch has listed and the workers run."""
+    """The health endpoint fails (500) until every watch has listed and the workers run."""
     if not CONTROLLERS or not all(c.ready.is_set() for c in CONTROLLERS):
-        raise kopf.PermanentError("the watch caches have not all listed yet")
+        raise kopf.PermanentError(NOT_READY)
     return "synced"
+
+
+class NotReadyLine(logging.Filter):
+    """The web server logs a failed health check with two tracebacks; not being ready yet
+    is expected at start-up, so it says so in one line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        cause = getattr(error, "__cause__", None)
+        if cause is not None and NOT_READY in str(cause):
+            record.msg, record.args = f"health check: not ready: {NOT_READY}", None
+            record.exc_info, record.exc_text = None, None
+            record.levelno, record.levelname = logging.INFO, "INFO"
+        return True
 
 
 @kopf.on.cleanup()
