@@ -12,11 +12,12 @@ import json
 import logging
 import queue
 import threading
+from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kimik3_operator.api.constants import KIND
+from kimik3_operator.api.constants import KIND, LABEL_INSTANCE
 from kimik3_operator.kube import Kube, Obj
 from kimik3_operator.observe import GpuInventory
 
@@ -96,10 +97,16 @@ def matches(obj: Mapping[str, Any], selector: Mapping[str, str]) -> bool:
 
 
 class Store:
-    """Objects by kind, namespace and name, replaced per (kind, scope) on every list."""
+    """Objects by kind, namespace and name, replaced per (kind, scope) on every list, with
+    client-go-style indexes so no read scans the whole store: by kind, by owner (the
+    ``app.kubernetes.io/instance`` label a child carries, within its namespace) and, for
+    pods, by node."""
 
     def __init__(self) -> None:
         self._objects: dict[Key, Obj] = {}
+        self._by_kind: dict[str, set[Key]] = defaultdict(set)
+        self._by_owner: dict[tuple[str, str, str], set[Key]] = defaultdict(set)
+        self._by_node: dict[str, set[Key]] = defaultdict(set)
         self._lock = threading.Lock()
 
     @staticmethod
@@ -107,29 +114,56 @@ class Store:
         meta = obj.get("metadata") or {}
         return kind, meta.get("namespace") or "", meta.get("name", "")
 
+    @staticmethod
+    def _terms(key: Key, obj: Mapping[str, Any]) -> tuple[tuple[str, str, str] | None, str | None]:
+        owner = ((obj.get("metadata") or {}).get("labels") or {}).get(LABEL_INSTANCE)
+        node = (obj.get("spec") or {}).get("nodeName") if key[0] == "Pod" else None
+        return ((key[0], key[1], owner) if owner else None), (node or None)
+
+    def _put(self, key: Key, obj: Obj) -> None:
+        self._drop(key)
+        self._objects[key] = obj
+        self._by_kind[key[0]].add(key)
+        owner, node = self._terms(key, obj)
+        if owner is not None:
+            self._by_owner[owner].add(key)
+        if node is not None:
+            self._by_node[node].add(key)
+
+    def _drop(self, key: Key) -> None:
+        old = self._objects.pop(key, None)
+        if old is None:
+            return
+        self._by_kind[key[0]].discard(key)
+        owner, node = self._terms(key, old)
+        if owner is not None:
+            self._by_owner[owner].discard(key)
+            if not self._by_owner[owner]:
+                del self._by_owner[owner]
+        if node is not None:
+            self._by_node[node].discard(key)
+            if not self._by_node[node]:
+                del self._by_node[node]
+
     def upsert(self, kind: str, obj: Mapping[str, Any]) -> None:
         with self._lock:
             key = self.key(kind, obj)
             old = self._objects.get(key)
             if old is not None and _newer(old, obj):
                 return  # a watch event older than a write already recorded
-            self._objects[key] = trimmed(kind, obj)
+            self._put(key, trimmed(kind, obj))
 
     def remove(self, kind: str, namespace: str | None, name: str) -> None:
         with self._lock:
-            self._objects.pop((kind, namespace or "", name), None)
+            self._drop((kind, namespace or "", name))
 
     def replace(self, kind: str, namespace: str | None, items: Iterable[Mapping[str, Any]]) -> None:
         """A fresh list: drop what the scope held, keep exactly what was listed."""
         with self._lock:
-            for key in [
-                k
-                for k in self._objects
-                if k[0] == kind and (namespace is None or k[1] == namespace)
-            ]:
-                del self._objects[key]
+            for key in [k for k in self._by_kind[kind] if namespace is None or k[1] == namespace]:
+                self._drop(key)
             for obj in items:
-                self._objects[self.key(kind, obj)] = trimmed(kind, obj)
+                self._put(self.key(kind, obj), trimmed(kind, obj))
 
     def get(self, kind: str, namespace: str | None, name: str) -> Obj | None:
         with self._lock:
@@ -137,16 +171,26 @@ class Store:
 
     def list(self, kind: str, namespace: str | None = None, selector: str = "") -> list[Obj]:
         wanted = parse_selector(selector)
+        owner = wanted.get(LABEL_INSTANCE)
         with self._lock:
+            if owner is not None and namespace is not None:
+                candidates = self._by_owner.get((kind, namespace, owner), set())
+            else:
+                candidates = self._by_kind.get(kind, set())
             return [
-                obj
-                for (k, ns, _), obj in self._objects.items()
-                if k == kind and (namespace is None or ns == namespace) and matches(obj, wanted)
+                self._objects[key]
+                for key in sorted(candidates)
+                if (namespace is None or key[1] == namespace)
+                and matches(self._objects[key], wanted)
             ]
+
+    def pods_on_node(self, node: str) -> builtins.list[Obj]:
+        with self._lock:
+            return [self._objects[key] for key in self._by_node.get(node, set())]
 
     def keys(self, kind: str) -> builtins.list[tuple[str, str]]:
         with self._lock:
-            return [(ns, name) for (k, ns, name) in self._objects if k == kind]
+            return [(ns, name) for (_, ns, name) in sorted(self._by_kind.get(kind, set()))]
 
 
 def _newer(held: Mapping[str, Any], incoming: Mapping[str, Any]) -> bool:

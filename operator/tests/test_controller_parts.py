@@ -289,3 +289,43 @@ def test_workers_start_only_once_every_watch_has_listed() -> None:
     assert controller.ready.wait(5)
     assert any(t.name.startswith("reconcile-") for t in threading.enumerate())
     controller.stop()
+
+
+def test_the_store_indexes_children_by_owner_and_pods_by_node() -> None:
+    store = Store()
+
+    def pod(name: str, owner: str, node: str, namespace: str = "llm") -> dict[str, Any]:
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": name,
+                "namespace": namespace,
+                "labels": {"app.kubernetes.io/instance": owner, "role": "x"},
+            },
+            "spec": {"nodeName": node},
+        }
+
+    store.replace(
+        "Pod",
+        None,
+        [
+            pod("a-0", "a", "n1"),
+            pod("a-1", "a", "n2"),
+            pod("b-0", "b", "n1"),
+            pod("a-0", "a", "n1", namespace="other"),
+        ],
+    )
+    names = [
+        p["metadata"]["name"] for p in store.list("Pod", "llm", "app.kubernetes.io/instance=a")
+    ]
+    assert names == ["a-0", "a-1"]
+    assert sorted(p["metadata"]["name"] for p in store.pods_on_node("n1")) == ["a-0", "a-0", "b-0"]
+    # A pod moved (recreated on another node) and one removed leave no stale index entry.
+    store.upsert("Pod", pod("a-1", "a", "n1"))
+    store.remove("Pod", "llm", "b-0")
+    assert sorted(p["metadata"]["name"] for p in store.pods_on_node("n1")) == ["a-0", "a-0", "a-1"]
+    assert store.pods_on_node("n2") == []
+    assert store.list("Pod", "llm", "app.kubernetes.io/instance=b") == []
+    store.replace("Pod", "other", [])
+    assert [p["metadata"]["namespace"] for p in store.pods_on_node("n1")] == ["llm", "llm"]

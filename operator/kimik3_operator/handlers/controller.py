@@ -260,9 +260,8 @@ class Controller:
             if nodes and event == "DELETED":
                 # A group on a node that is gone is down now, not after the pod GC.
                 node = (obj.get("metadata") or {}).get("name")
-                for pod in self.store.list("Pod"):
-                    if (pod.get("spec") or {}).get("nodeName") == node:
-                        self._enqueue_owner(pod)
+                for pod in self.store.pods_on_node(str(node)):
+                    self._enqueue_owner(pod)
 
         return on_event
 
