@@ -112,6 +112,25 @@ def restart(argv: list[str], env: dict[str, str], cwd: str) -> None:
         subprocess.Popen(argv, env=env, cwd=cwd, stdout=log, stderr=log, start_new_session=True)
 
 
+def requests_since(log: pathlib.Path, offset: int) -> tuple[Counter[str], set[str]]:
+    """The LISTs (by collection) and the watched collections in the operator's --verbose
+    request log after ``offset`` bytes: a list pages with ``limit=``, a watch has ``watch=``."""
+    lists: Counter[str] = Counter()
+    watches: set[str] = set()
+    with open(log, "rb") as f:
+        f.seek(offset)
+        for line in f.read().decode(errors="replace").splitlines():
+            if '"GET ' not in line:
+                continue
+            path = line.split('"GET ', 1)[1].split(" ", 1)[0]
+            collection = path.split("?", 1)[0]
+            if "watch=true" in path:
+                watches.add(collection)
+            elif "limit=" in path and "continue=" not in path:
+                lists[collection] += 1
+    return lists, watches
+
+
 def outage(cluster: Cluster, api: ApiKube, seconds: float) -> None:
     ns = create_test_namespace(cluster, "fault-outage")
     operator = OperatorProcess(cluster, ns, label="-outage")
@@ -122,6 +141,7 @@ def outage(cluster: Cluster, api: ApiKube, seconds: float) -> None:
         pid = operator.process.pid
         before = control_plane()
         apiserver, argv, env, cwd = before["kube-apiserver"]
+        offset = operator.log.stat().st_size
         os.kill(apiserver, signal.SIGKILL)  # SIGTERM drains watches for minutes
         down = time.monotonic()
         time.sleep(seconds)
@@ -146,6 +166,16 @@ def outage(cluster: Cluster, api: ApiKube, seconds: float) -> None:
             ),
             120,
         )
+        time.sleep(10)  # let every informer come back
+        lists, watches = requests_since(operator.log, offset)
+        print(
+            f"after the outage: {sum(lists.values())} LIST requests for {len(watches)} watched "
+            f"collections (most for one: {max(lists.values(), default=0)}), from the operator's "
+            "request log"
+        )
+        for collection, count in sorted(lists.items()):
+            if count > 1:
+                print(f"  listed {count} times: {collection}")
         alive = operator.process.poll() is None and operator.process.pid == pid
         print(
             f"after the outage: a spec change reached the LeaderWorkerSet in {took:.1f}s "
@@ -364,6 +394,16 @@ def hostile(cluster: Cluster, api: ApiKube, count: int) -> None:
             if (name in lws_names) != (name in services):
                 partial.append(name)
         log = operator.log.read_bytes()[offset:].decode(errors="replace")
+        time.sleep(10)  # let every informer come back
+        lists, watches = requests_since(operator.log, offset)
+        print(
+            f"after the outage: {sum(lists.values())} LIST requests for {len(watches)} watched "
+            f"collections (most for one: {max(lists.values(), default=0)}), from the operator's "
+            "request log"
+        )
+        for collection, count in sorted(lists.items()):
+            if count > 1:
+                print(f"  listed {count} times: {collection}")
         alive = operator.process.poll() is None and operator.process.pid == pid
         verdicts: Counter[str] = Counter()
         for item in api.list(API, "KimiK3Deployment", ns):
