@@ -173,9 +173,9 @@ def outage(cluster: Cluster, api: ApiKube, seconds: float) -> None:
             f"collections (most for one: {max(lists.values(), default=0)}), from the operator's "
             "request log"
         )
-        for collection, count in sorted(lists.items()):
-            if count > 1:
-                print(f"  listed {count} times: {collection}")
+        for collection, times in sorted(lists.items()):
+            if times > 1:
+                print(f"  listed {times} times: {collection}")
         alive = operator.process.poll() is None and operator.process.pid == pid
         print(
             f"after the outage: a spec change reached the LeaderWorkerSet in {took:.1f}s "
@@ -401,9 +401,9 @@ def hostile(cluster: Cluster, api: ApiKube, count: int) -> None:
             f"collections (most for one: {max(lists.values(), default=0)}), from the operator's "
             "request log"
         )
-        for collection, count in sorted(lists.items()):
-            if count > 1:
-                print(f"  listed {count} times: {collection}")
+        for collection, times in sorted(lists.items()):
+            if times > 1:
+                print(f"  listed {times} times: {collection}")
         alive = operator.process.poll() is None and operator.process.pid == pid
         verdicts: Counter[str] = Counter()
         for item in api.list(API, "KimiK3Deployment", ns):
