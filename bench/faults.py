@@ -394,16 +394,6 @@ def hostile(cluster: Cluster, api: ApiKube, count: int) -> None:
             if (name in lws_names) != (name in services):
                 partial.append(name)
         log = operator.log.read_bytes()[offset:].decode(errors="replace")
-        time.sleep(10)  # let every informer come back
-        lists, watches = requests_since(operator.log, offset)
-        print(
-            f"after the outage: {sum(lists.values())} LIST requests for {len(watches)} watched "
-            f"collections (most for one: {max(lists.values(), default=0)}), from the operator's "
-            "request log"
-        )
-        for collection, times in sorted(lists.items()):
-            if times > 1:
-                print(f"  listed {times} times: {collection}")
         alive = operator.process.poll() is None and operator.process.pid == pid
         verdicts: Counter[str] = Counter()
         for item in api.list(API, "KimiK3Deployment", ns):

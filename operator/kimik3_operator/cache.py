@@ -145,25 +145,32 @@ class Store:
             if not self._by_node[node]:
                 del self._by_node[node]
 
-    def upsert(self, kind: str, obj: Mapping[str, Any]) -> None:
+    def upsert(self, kind: str, obj: Mapping[str, Any], trim: bool = True) -> None:
+        """``trim=False`` for objects an informer has trimmed already."""
         with self._lock:
             key = self.key(kind, obj)
             old = self._objects.get(key)
             if old is not None and _newer(old, obj):
                 return  # a watch event older than a write already recorded
-            self._put(key, trimmed(kind, obj))
+            self._put(key, trimmed(kind, obj) if trim else dict(obj))
 
     def remove(self, kind: str, namespace: str | None, name: str) -> None:
         with self._lock:
             self._drop((kind, namespace or "", name))
 
-    def replace(self, kind: str, namespace: str | None, items: Iterable[Mapping[str, Any]]) -> None:
+    def replace(
+        self,
+        kind: str,
+        namespace: str | None,
+        items: Iterable[Mapping[str, Any]],
+        trim: bool = True,
+    ) -> None:
         """A fresh list: drop what the scope held, keep exactly what was listed."""
         with self._lock:
             for key in [k for k in self._by_kind[kind] if namespace is None or k[1] == namespace]:
                 self._drop(key)
             for obj in items:
-                self._put(self.key(kind, obj), trimmed(kind, obj))
+                self._put(self.key(kind, obj), trimmed(kind, obj) if trim else dict(obj))
 
     def get(self, kind: str, namespace: str | None, name: str) -> Obj | None:
         with self._lock:

@@ -37,7 +37,6 @@ from kimik3_operator.handlers.reconcile import reconcile
 from kimik3_operator.handlers.speculation import Scraper
 from kimik3_operator.informer import Informer, Obj
 from kimik3_operator.kube import Kube, KubeError
-from kimik3_operator.status_input import readable_status
 
 log = logging.getLogger(__name__)
 Key = tuple[str, str]
@@ -73,7 +72,7 @@ def collection_path(group_version: str, plural: str, namespace: str | None) -> s
     return f"{base}/namespaces/{namespace}/{plural}" if namespace else f"{base}/{plural}"
 
 
-def test_speculative_config(text: str) -> dict[str, Any] | None:
+def speculative_config_setting(text: str) -> dict[str, Any] | None:
     if not text:
         return None
     try:
@@ -119,7 +118,7 @@ class Controller:
         )
         self.queue.delay = self.settings.coalesce_seconds
         self.queue.retry_max = self.settings.retry_max_seconds
-        self.test_config = test_speculative_config(self.settings.test_speculative_config)
+        self.test_config = speculative_config_setting(self.settings.test_speculative_config)
         if self.settings.gpu_inventory and self.ledger is None:
             self.ledger = GpuLedger()
 
@@ -180,7 +179,7 @@ class Controller:
         selector: str,
     ) -> Informer:
         def on_sync(items: list[Obj]) -> None:
-            self.store.replace(kind, namespace, items)
+            self.store.replace(kind, namespace, items, trim=False)  # trimmed on arrival
             if kind == c.KIND:
                 self._forget_missing()
                 for item in items:
@@ -194,7 +193,7 @@ class Controller:
             if event == "DELETED":
                 self.store.remove(kind, meta.get("namespace"), meta.get("name", ""))
             else:
-                self.store.upsert(kind, obj)
+                self.store.upsert(kind, obj, trim=False)
             if kind == c.KIND:
                 key = (meta.get("namespace", ""), meta.get("name", ""))
                 if event == "DELETED":
@@ -251,11 +250,8 @@ class Controller:
                 return  # most pod events: nothing the inventory counts
             # Free GPUs moved: a deployment waiting for them may fit now.
             for namespace, name in self.store.keys(c.KIND):
-                body = self.store.get(c.KIND, namespace, name) or {}
-                if (
-                    readable_status(body.get("status"))[0].get("reason")
-                    == c.Reason.INSUFFICIENT_GPUS
-                ):
+                status = (self.store.get(c.KIND, namespace, name) or {}).get("status")
+                if isinstance(status, dict) and status.get("reason") == c.Reason.INSUFFICIENT_GPUS:
                     self._enqueue((namespace, name))
             if nodes and event == "DELETED":
                 # A group on a node that is gone is down now, not after the pod GC.
