@@ -44,7 +44,7 @@ sys.path.insert(0, str(ROOT / "operator"))
 from bench.operator_scrape import rss_mib  # noqa: E402 - after the path
 
 from e2e.conftest import tools_bin  # noqa: E402
-from kimik3_operator.bounded_http import fetch as bounded_fetch  # noqa: E402
+from kimik3_operator.runtime.bounded_http import fetch as bounded_fetch  # noqa: E402
 
 KUBECONFIG = ROOT / "e2e" / ".run" / "kubeconfig"
 NAMESPACE = "bench-hostile"
@@ -115,8 +115,8 @@ AGGREGATE = textwrap.dedent("""
     import resource, sys, time, urllib.request
     sys.path.insert(0, "operator")
     from prometheus_client.parser import text_string_to_metric_families
-    from kimik3_operator.speculative import ACCEPTED_PER_POS, LeaderWindow, aggregate
-    from kimik3_operator.speculative import parse_metrics
+    from kimik3_operator.acceptance import ACCEPTED_PER_POS, LeaderWindow, aggregate
+    from kimik3_operator.acceptance import parse_metrics
     texts = []
     for _ in range(2):  # two samples a second apart: the leader's counters have moved
         texts.append(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())

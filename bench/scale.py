@@ -41,8 +41,8 @@ from bench.operator_scrape import SERVER, cpu_seconds, rss_mib  # noqa: E402
 
 from e2e.cluster.nodes import node as fake_node  # noqa: E402
 from e2e.conftest import Cluster, service_account_kubeconfig, tools_bin  # noqa: E402
-from kimik3_operator.informer import Informer  # noqa: E402
 from kimik3_operator.kube import ApiKube, KubeError  # noqa: E402
+from kimik3_operator.runtime.informer import Informer  # noqa: E402
 
 RUN = ROOT / "e2e" / ".run"
 KUBECONFIG = RUN / "kubeconfig"

@@ -60,10 +60,10 @@ class Kube(Protocol):
         field_selector: str = "",
     ) -> list[Obj]: ...
 
-    def get_uncached(
+    def get_from_server(
         self, api_version: str, kind: str, name: str, namespace: str | None = None
     ) -> Obj | None:
-        """From the API server itself: the watch caches hold only what the operator labels,
+        """From the API server itself: the watch store hold only what the operator labels,
         so an object of someone else's with a child's name is invisible to ``get``."""
         ...
 
@@ -148,7 +148,7 @@ class ApiKube:
             raise
         return result
 
-    def get_uncached(
+    def get_from_server(
         self, api_version: str, kind: str, name: str, namespace: str | None = None
     ) -> Obj | None:
         return self.get(api_version, kind, name, namespace)

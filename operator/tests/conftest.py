@@ -111,7 +111,7 @@ class FakeKube:
                 out.append(copy.deepcopy(obj))
         return out
 
-    def get_uncached(
+    def get_from_server(
         self, api_version: str, kind: str, name: str, namespace: str | None = None
     ) -> Obj | None:
         return self.get(api_version, kind, name, namespace)

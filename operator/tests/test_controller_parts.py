@@ -10,11 +10,11 @@ import pytest
 
 from conftest import FakeKube, resource
 from kimik3_operator.api.constants import LEGACY_KOPF_FINALIZER, ConditionType
-from kimik3_operator.cache import CachedKube, Store, parse_selector
 from kimik3_operator.conditions import Condition
 from kimik3_operator.handlers.events import event_type
-from kimik3_operator.handlers.queue import WorkQueue
 from kimik3_operator.handlers.reconcile import reconcile
+from kimik3_operator.runtime.queue import WorkQueue
+from kimik3_operator.runtime.store import Store, StoreKube, parse_selector
 
 
 class Clock:
@@ -113,7 +113,7 @@ def test_an_event_older_than_our_own_write_does_not_roll_the_cache_back() -> Non
 def test_cached_reads_make_no_request_and_writes_land_in_the_cache() -> None:
     api = FakeKube()
     store = Store()
-    kube = CachedKube(api, store)
+    kube = StoreKube(api, store)
     body = resource()
     store.upsert(body["kind"], body)
     api.put(body)
@@ -169,7 +169,7 @@ def test_a_retry_asked_for_while_running_keeps_its_delay() -> None:
 def test_the_store_keeps_what_the_operator_reads_and_no_more() -> None:
     """A labelled 1 MiB ConfigMap costs its identity; a pod, its node and status; the
     resource itself is kept whole (a stub would read as a default spec)."""
-    from kimik3_operator.cache import MAX_STORED_BYTES, Store
+    from kimik3_operator.runtime.store import MAX_STORED_BYTES, Store
 
     store = Store()
     big = {
@@ -273,8 +273,8 @@ def test_workers_start_only_once_every_watch_has_listed() -> None:
     import time
 
     from kimik3_operator.config import Settings
-    from kimik3_operator.handlers.controller import Controller
     from kimik3_operator.handlers.speculation import Scraper
+    from kimik3_operator.runtime.manager import Controller
 
     silent = SilentInformer()
     controller = Controller(

@@ -15,12 +15,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from conftest import FakeKube, resource
-from kimik3_operator.bounded_http import FetchError, fetch
+from kimik3_operator.acceptance import LeaderWindow, aggregate, parse_metrics
 from kimik3_operator.config import Settings
-from kimik3_operator.handlers.controller import Controller
 from kimik3_operator.handlers.download_progress import parse_progress
 from kimik3_operator.handlers.speculation import Scraper
-from kimik3_operator.speculative import LeaderWindow, aggregate, parse_metrics
+from kimik3_operator.runtime.bounded_http import FetchError, fetch
+from kimik3_operator.runtime.manager import Controller
 
 Handler = Callable[[BaseHTTPRequestHandler], None]
 

@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from kimik3_operator.informer import Informer
+from kimik3_operator.runtime.informer import Informer
 
 Obj = dict[str, Any]
 

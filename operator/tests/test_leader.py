@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from conftest import FakeKube
-from kimik3_operator.cache import CachedKube, NotLeaderError, Store
 from kimik3_operator.kube import KubeError
-from kimik3_operator.leader import LeaseElector
+from kimik3_operator.runtime.leader import LeaseElector
+from kimik3_operator.runtime.store import NotLeaderError, Store, StoreKube
 
 
 class LeaseApi:
@@ -133,7 +133,7 @@ def test_a_racing_takeover_has_one_winner() -> None:
 
 
 def test_no_write_leaves_a_replica_that_lost_leadership() -> None:
-    kube = CachedKube(FakeKube(), Store())
+    kube = StoreKube(FakeKube(), Store())
     leading = [True]
     kube.may_write = lambda: leading[0]
     manifest = {

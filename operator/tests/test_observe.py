@@ -6,8 +6,8 @@ import json
 from typing import Any
 
 from conftest import spec_of
-from kimik3_operator.cache import GpuLedger
 from kimik3_operator.observe import GpuInventory, observe
+from kimik3_operator.runtime.store import GpuLedger
 
 LWS: dict[str, Any] = {"status": {"replicas": 1, "updatedReplicas": 1}}
 
@@ -270,7 +270,7 @@ def test_the_status_names_the_group_that_is_not_ready_and_why() -> None:
 
 
 def test_the_ledger_counts_the_same_from_the_few_fields_it_keeps() -> None:
-    from kimik3_operator.cache import ledger_node_fields, ledger_pod_fields
+    from kimik3_operator.runtime.store import ledger_node_fields, ledger_pod_fields
 
     node = {
         "metadata": {"name": "a", "labels": {"pool": "x"}, "annotations": {"big": "y" * 1000}},

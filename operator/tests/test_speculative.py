@@ -9,14 +9,14 @@ import pytest
 
 from conftest import FakeKube, resource
 from e2e.vllm_exporter import FakeLeader
-from kimik3_operator.handlers.speculation import Scraper
-from kimik3_operator.speculative import (
+from kimik3_operator.acceptance import (
     LeaderWindow,
     Snapshot,
     aggregate,
     parse_metrics,
     speculative_section,
 )
+from kimik3_operator.handlers.speculation import Scraper
 
 API = "serving.kimik3.io/v1alpha1"
 

@@ -11,11 +11,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kimik3_operator.api import constants as c
-from kimik3_operator.bounded_http import fetch as bounded_fetch
 from kimik3_operator.builders.model_cache import PROGRESS_PORT
 from kimik3_operator.handlers.locks import lock_for
 from kimik3_operator.handlers.speculation import Fetch
 from kimik3_operator.kube import Kube
+from kimik3_operator.runtime.bounded_http import fetch as bounded_fetch
 from kimik3_operator.status_input import readable_status
 from kimik3_operator.weights.state import progress_text
 

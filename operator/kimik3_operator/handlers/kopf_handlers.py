@@ -11,11 +11,11 @@ import kopf
 import prometheus_client
 
 from kimik3_operator.config import Settings
-from kimik3_operator.handlers.controller import Controller
 from kimik3_operator.handlers.speculation import Scraper
 from kimik3_operator.kube import ApiKube
-from kimik3_operator.leader import LeaseElector
 from kimik3_operator.redact import install_log_redaction
+from kimik3_operator.runtime.leader import LeaseElector
+from kimik3_operator.runtime.manager import Controller
 
 SETTINGS = Settings.from_env()
 CONTROLLERS: list[Controller] = []
@@ -60,11 +60,11 @@ def start(settings: kopf.OperatorSettings, **_: Any) -> None:
     CONTROLLERS.append(controller)
 
 
-NOT_READY = "the watch caches have not all listed yet"
+NOT_READY = "the watch store have not all listed yet"
 
 
-@kopf.on.probe(id="caches")
-def caches_synced(**_: Any) -> str:
+@kopf.on.probe(id="informers")
+def informers_synced(**_: Any) -> str:
     """The health endpoint fails (500) until every watch has listed and the workers run."""
     if not CONTROLLERS or not all(c.ready.is_set() for c in CONTROLLERS):
         raise kopf.PermanentError(NOT_READY)

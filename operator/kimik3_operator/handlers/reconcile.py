@@ -1,7 +1,7 @@
 """One reconcile of a KimiK3Deployment: parse, preflight, build, apply what changed,
 observe, write the status that changed.
 
-Reads go through ``Kube`` (in the operator, the watch caches), writes only where something
+Reads go through ``Kube`` (in the operator, the watch store), writes only where something
 differs, so one call serves every trigger: a change of the resource, a child's event, the
 periodic resync.
 """
@@ -102,7 +102,7 @@ def _live_or_conflict(kube: Kube, child: Mapping[str, Any], owner: Owner) -> Obj
     live = kube.get(*args)
     if live is None:
         # The caches hold only labelled objects: ask the API server before creating.
-        live = kube.get_uncached(*args)
+        live = kube.get_from_server(*args)
     if live is not None and not controlled_by(live, owner):
         raise NameConflictError([f"{child['kind']}/{meta['name']} ({_describe_controller(live)})"])
     return live

@@ -10,17 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kimik3_operator import metrics
-from kimik3_operator.api import constants as c
-from kimik3_operator.api.constants import ConditionType, Reason
-from kimik3_operator.api.spec import SpecError, parse_spec
-from kimik3_operator.bounded_http import fetch as bounded_fetch
-from kimik3_operator.conditions import Condition, find, now_rfc3339, set_condition
-from kimik3_operator.handlers.events import post_event
-from kimik3_operator.handlers.locks import lock_for
-from kimik3_operator.kube import Kube, Obj
-from kimik3_operator.observe import pod_ready
-from kimik3_operator.preflight.pairing import resolve_drafter
-from kimik3_operator.speculative import (
+from kimik3_operator.acceptance import (
     MAX_POSITIONS,
     Acceptance,
     LeaderWindow,
@@ -29,6 +19,16 @@ from kimik3_operator.speculative import (
     parse_metrics,
     speculative_section,
 )
+from kimik3_operator.api import constants as c
+from kimik3_operator.api.constants import ConditionType, Reason
+from kimik3_operator.api.spec import SpecError, parse_spec
+from kimik3_operator.conditions import Condition, find, now_rfc3339, set_condition
+from kimik3_operator.handlers.events import post_event
+from kimik3_operator.handlers.locks import lock_for
+from kimik3_operator.kube import Kube, Obj
+from kimik3_operator.observe import pod_ready
+from kimik3_operator.preflight.pairing import resolve_drafter
+from kimik3_operator.runtime.bounded_http import fetch as bounded_fetch
 from kimik3_operator.status_input import readable_status
 
 log = logging.getLogger(__name__)

@@ -1,4 +1,4 @@
-"""The operator's engine: watches fill the caches, events become keys in one coalescing
+"""The operator's engine: watches fill the store, events become keys in one coalescing
 queue, worker threads reconcile, and one operator-wide loop does the periodic work.
 
 Nothing here is per-object in kopf's sense, so kopf puts no finalizer on a resource: a
@@ -21,22 +21,22 @@ from typing import Any
 
 from kimik3_operator import metrics
 from kimik3_operator.api import constants as c
-from kimik3_operator.cache import (
-    CachedKube,
+from kimik3_operator.config import Settings
+from kimik3_operator.handlers.download_progress import DownloadProgress
+from kimik3_operator.handlers.locks import forget_lock
+from kimik3_operator.handlers.reconcile import reconcile
+from kimik3_operator.handlers.speculation import Scraper
+from kimik3_operator.kube import Kube, KubeError
+from kimik3_operator.runtime.informer import Informer, Obj
+from kimik3_operator.runtime.queue import WorkQueue
+from kimik3_operator.runtime.store import (
     GpuLedger,
     Store,
+    StoreKube,
     ledger_node_fields,
     ledger_pod_fields,
     trimmed,
 )
-from kimik3_operator.config import Settings
-from kimik3_operator.handlers.download_progress import DownloadProgress
-from kimik3_operator.handlers.locks import forget_lock
-from kimik3_operator.handlers.queue import WorkQueue
-from kimik3_operator.handlers.reconcile import reconcile
-from kimik3_operator.handlers.speculation import Scraper
-from kimik3_operator.informer import Informer, Obj
-from kimik3_operator.kube import Kube, KubeError
 
 log = logging.getLogger(__name__)
 Key = tuple[str, str]
@@ -112,7 +112,7 @@ class Controller:
     _scrape_lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
-        self.kube = CachedKube(self.api, self.store, background_events=True)
+        self.kube = StoreKube(self.api, self.store, background_events=True)
         self.progress.url_override = (
             self.progress.url_override or self.settings.download_progress_url
         )
@@ -379,7 +379,7 @@ class Controller:
 
     def start(self, sync_timeout: float = 60.0) -> None:
         """Starts the watches, and the workers once every watch has listed: a reconcile
-        before the caches hold the truth would report absences it made up."""
+        before the store holds the truth would report absences it made up."""
         self.informers = self.build_informers()
         for informer in self.informers:
             informer.start()

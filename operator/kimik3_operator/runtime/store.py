@@ -1,6 +1,6 @@
 """Watch-fed, in-memory state: the objects the reconcile reads, and the GPU ledger.
 
-``CachedKube`` serves every read from memory and sends only writes to the API server; what a
+``StoreKube`` serves every read from memory and sends only writes to the API server; what a
 write returns goes back into memory at once, so the next reconcile sees its own write before
 the watch event arrives.
 """
@@ -385,7 +385,7 @@ class GpuLedger:
         return GpuInventory(allocatable, free, largest, count)
 
 
-class CachedKube:
+class StoreKube:
     """Reads from the store, writes through to the API server (and back into the store).
 
     Events go out from a thread of their own: they are best effort, and a reconcile should
@@ -430,7 +430,7 @@ class CachedKube:
         if not self.may_write():
             raise NotLeaderError("this replica no longer holds the Lease: nothing is written")
 
-    def get_uncached(
+    def get_from_server(
         self, api_version: str, kind: str, name: str, namespace: str | None = None
     ) -> Obj | None:
         return self.api.get(api_version, kind, name, namespace)
