@@ -1,6 +1,6 @@
 """CPU and memory of the operator's acceptance scraping for N leaders (default 100) on a 30 s
 interval. The leaders are fake vLLM exporters (e2e/vllm_exporter.py) served by a separate
-process on 127.0.0.1, one path each; the measured process runs the operator's real scraper
+process on 127.0.0.1, one path each; the measured process runs the operator's real acceptance reader
 (HTTP fetch, parse with prometheus_client, windows, aggregation, status decision) against
 an in-memory API, ten deployments of N/10 leaders. Prints figures; asserts nothing.
 
@@ -22,7 +22,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "operator" / "tests")]
 
 from conftest import FakeKube  # noqa: E402 - the unit tier's fake API
 from conftest import resource as kk3d  # noqa: E402
-from kimik3_operator.handlers.speculation import Scraper  # noqa: E402
+from kimik3_operator.runtime.readers import AcceptanceReader  # noqa: E402
 
 SERVER = textwrap.dedent("""
     import sys, time
@@ -78,7 +78,7 @@ def main() -> int:
                         "status": {"conditions": [{"type": "Ready", "status": "True"}]},
                     }
                 )
-        scraper = Scraper(url_override=f"http://127.0.0.1:{args.port}/{{pod}}")
+        reader = AcceptanceReader(url_override=f"http://127.0.0.1:{args.port}/{{pod}}")
         bodies = [
             kube.get("serving.kimik3.io/v1alpha1", "KimiK3Deployment", f"d{d}", "llm")
             for d in range(deployments)
@@ -88,7 +88,7 @@ def main() -> int:
             started_cpu, started = time.process_time(), time.perf_counter()
             for body in bodies:
                 assert body is not None
-                scraper.tick(kube, body)
+                reader.tick(kube, body)
             cpu.append(time.process_time() - started_cpu)
             wall.append(time.perf_counter() - started)
         rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

@@ -1,7 +1,7 @@
 """Dashboards and alerts against a real Prometheus (Debian's `prometheus`, on 127.0.0.1),
 scraping two fake vLLM leaders (e2e/vllm_exporter.py: vLLM's exact metric names with known
 rates, standing in for GPU pods that cannot run here) and the operator's own metrics, which
-the operator's real scraper fills from the same fake leaders. Every panel query and every
+the operator's real acceptance reader fills from the same fake leaders. Every panel query and every
 alert expression is evaluated through the HTTP API and compared with what the known rates
 imply, within 1%. The alerts' promtool unit tests run here too."""
 
@@ -28,8 +28,9 @@ from prometheus_client import start_http_server
 
 from e2e.conftest import tools_bin
 from e2e.vllm_exporter import FakeLeader, serve
-from kimik3_operator.handlers.reconcile import reconcile
-from kimik3_operator.handlers.speculation import Scraper
+from kimik3_operator.handlers.reconcile import Context, reconcile
+from kimik3_operator.handlers.status import Readings
+from kimik3_operator.runtime.readers import AcceptanceReader
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 CHART = ROOT / "charts" / "kimik3-operator"
@@ -138,11 +139,11 @@ def leaders() -> Iterator[dict[str, FakeLeader]]:
 
 @pytest.fixture(scope="module")
 def operator_metrics(leaders: dict[str, FakeLeader]) -> Iterator[int]:
-    """The operator's metric registry, filled by its real reconcile and scraper."""
+    """The operator's metric registry, filled by its real reconcile and acceptance reader."""
     import sys
 
     sys.path.insert(0, str(ROOT / "operator" / "tests"))
-    from conftest import FakeKube, resource  # the unit tier's recording fake API
+    from conftest import FakeKube, key_of, resource  # the unit tier's recording fake API
 
     kube = FakeKube()
     kube.put(resource(monitoring={"minAcceptanceRate": 0.6}))
@@ -150,7 +151,7 @@ def operator_metrics(leaders: dict[str, FakeLeader]) -> Iterator[int]:
     for name in ("k3", "old"):
         body = kube.get(API, "KimiK3Deployment", name, "llm")
         assert body is not None
-        reconcile(kube, body)
+        reconcile(kube, key_of(body))
     for pod in leaders:
         kube.put(
             {
@@ -178,21 +179,21 @@ def operator_metrics(leaders: dict[str, FakeLeader]) -> Iterator[int]:
             text: str = r.read().decode()
             return text
 
-    scraper = Scraper(window_seconds=20, url_override="http://127.0.0.1/{pod}", fetch=fetch)
+    reader = AcceptanceReader(window_seconds=20, url_override="http://127.0.0.1/{pod}", fetch=fetch)
     port = free_port()
     start_http_server(port, "127.0.0.1")
     stop = threading.Event()
 
     def operate() -> None:
-        """What the operator's timers do: reconcile and scrape, every second."""
+        """What the operator's manager does: scrape, and reconcile with the readings, every
+        second."""
         while not stop.is_set():
-            for name in ("k3", "old"):
-                body = kube.get(API, "KimiK3Deployment", name, "llm")
-                assert body is not None
-                reconcile(kube, body)
             body = kube.get(API, "KimiK3Deployment", "k3", "llm")
             assert body is not None
-            scraper.tick(kube, body)
+            reader.tick(kube, body)
+            for name in ("k3", "old"):
+                readings = Readings(acceptance=reader.reading(("llm", name)))
+                reconcile(kube, ("llm", name), Context(readings=readings))
             stop.wait(1)
 
     worker = threading.Thread(target=operate, daemon=True)

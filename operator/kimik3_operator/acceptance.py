@@ -7,12 +7,17 @@ windows (no drafts: no values, not zero) and a missing per-position series.
 
 from __future__ import annotations
 
+import datetime
 import math
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
+
+from kimik3_operator.api.constants import ConditionType, Reason
+from kimik3_operator.conditions import Condition, find
 
 DRAFTS = "vllm:spec_decode_num_drafts"
 DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens"
@@ -190,3 +195,117 @@ def speculative_section(
     else:
         section.pop("stale", None)
     return section
+
+
+@dataclass(frozen=True)
+class AcceptanceReading:
+    """One scrape of a deployment's leaders, kept in memory until the reconcile writes it."""
+
+    acceptance: Acceptance
+    at: float  # seconds since the epoch
+    window_seconds: float
+    unreachable: tuple[str, ...] = ()
+    thresholds: Thresholds = Thresholds()
+
+
+@dataclass(frozen=True)
+class SpeculativeUpdate:
+    """What a reading changes in the status: the new status.speculative (None: keep it) and
+    the SpeculationEffective condition (None: its status and reason stand)."""
+
+    section: dict[str, object] | None
+    condition: Condition | None
+
+    @property
+    def empty(self) -> bool:
+        return self.section is None and self.condition is None
+
+
+def rfc3339(at: float) -> str:
+    return datetime.datetime.fromtimestamp(at, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _written_at(section: Mapping[str, object]) -> float | None:
+    """When status.speculative's numbers were last written, from its own sampledAt."""
+    text = section.get("sampledAt")
+    if not isinstance(text, str):
+        return None
+    try:
+        parsed = datetime.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ")
+    except ValueError:
+        return None
+    return parsed.replace(tzinfo=datetime.UTC).timestamp()
+
+
+def speculative_update(
+    section: Mapping[str, object],
+    conditions: Sequence[Mapping[str, Any]],
+    reading: AcceptanceReading,
+    minimum: float,
+) -> SpeculativeUpdate:
+    """What ``reading`` changes in a status whose status.speculative is ``section``. The
+    acceptance reader asks it to decide whether the reconcile is needed; the reconcile asks
+    it for what to write: one answer for both."""
+    condition = effective_condition(reading.acceptance, minimum, reading.window_seconds)
+    current = find(conditions, condition.type)
+    moved = current is None or (current.get("status"), current.get("reason")) != (
+        condition.status,
+        condition.reason,
+    )
+    new_section = speculative_section(
+        section,
+        reading.acceptance,
+        now=reading.at,
+        sampled_at=rfc3339(reading.at),
+        unreachable=reading.unreachable,
+        thresholds=reading.thresholds,
+        last_write=_written_at(section),
+    )
+    # The numbers in a message alone do not warrant a write.
+    return SpeculativeUpdate(new_section, condition if moved else None)
+
+
+def effective_condition(acceptance: Acceptance, minimum: float, window_seconds: float) -> Condition:
+    kind = ConditionType.SPECULATION_EFFECTIVE
+    if acceptance.rate is None and not acceptance.window_covered:
+        return Condition(
+            kind,
+            "Unknown",
+            Reason.MEASURING_ACCEPTANCE,
+            f"no drafts measured yet; the first {window_seconds:.0f}s window is still filling",
+        )
+    if acceptance.rate is None:
+        return Condition(
+            kind,
+            "Unknown",
+            Reason.NO_TRAFFIC,
+            f"no drafts in the last {window_seconds:.0f}s: the model is idle",
+        )
+    rate = f"{acceptance.rate:.3f}"
+    if acceptance.rate >= minimum:
+        return Condition(
+            kind,
+            "True",
+            Reason.ACCEPTANCE_ABOVE_MINIMUM,
+            f"acceptance rate at or above spec.monitoring.minAcceptanceRate {minimum}; the "
+            "current value is in status.speculative",
+        )
+    if not acceptance.window_covered:
+        return Condition(
+            kind,
+            "Unknown",
+            Reason.MEASURING_ACCEPTANCE,
+            f"acceptance rate {rate} so far, below {minimum}; waiting for a whole "
+            f"{window_seconds:.0f}s window",
+        )
+    return Condition(
+        kind,
+        "False",
+        Reason.ACCEPTANCE_BELOW_MINIMUM,
+        (
+            f"acceptance rate {rate} over the last {window_seconds:.0f}s ({acceptance.drafts:.0f} "
+            f"drafts) is below spec.monitoring.minAcceptanceRate {minimum}: the drafter costs more "
+            "than it saves; check the drafter matches the target, lower "
+            "drafter.numSpeculativeTokens, or set drafter.method: none"
+        ),
+    )

@@ -21,7 +21,7 @@ IMAGE_PULL_REASONS = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "E
 
 
 @dataclass(frozen=True)
-class GpuInventory:
+class GpuCounts:
     """GPUs on the nodes that match the placement: what the scheduler had to work with."""
 
     allocatable: int = 0
@@ -135,7 +135,7 @@ def lost_pods(pods: Sequence[Obj], gone_nodes: frozenset[str]) -> list[Problem]:
 
 
 def pod_problems(
-    pods: Sequence[Obj], spec: KimiK3DeploymentSpec, gpus: GpuInventory | None
+    pods: Sequence[Obj], spec: KimiK3DeploymentSpec, gpus: GpuCounts | None
 ) -> list[Problem]:
     """The worst thing about each pod, most severe reasons first."""
     found: list[Problem] = []
@@ -153,7 +153,23 @@ def pod_problems(
     return sorted(found, key=lambda p: order.index(p.reason))
 
 
-def _pod_problem(pod: Obj, spec: KimiK3DeploymentSpec, gpus: GpuInventory | None) -> Problem | None:
+def _short_of_gpus(pod: Obj, spec: KimiK3DeploymentSpec) -> bool:
+    """The scheduler turned the pod away for want of the placement's GPU resource."""
+    return any(
+        cond.get("type") == "PodScheduled"
+        and cond.get("status") == "False"
+        and cond.get("reason") == "Unschedulable"
+        and f"Insufficient {spec.placement.gpu_resource}" in str(cond.get("message", ""))
+        for cond in (pod.get("status", {}) or {}).get("conditions", []) or []
+    )
+
+
+def wants_gpu_counts(pods: Sequence[Obj], spec: KimiK3DeploymentSpec) -> bool:
+    """Whether the status will quote the GPU ledger: some pod is short of GPUs."""
+    return any(_short_of_gpus(pod, spec) for pod in pods)
+
+
+def _pod_problem(pod: Obj, spec: KimiK3DeploymentSpec, gpus: GpuCounts | None) -> Problem | None:
     name = pod.get("metadata", {}).get("name", "?")
     status = pod.get("status", {}) or {}
     for cs in status.get("containerStatuses", []) or []:
@@ -207,7 +223,7 @@ def _pod_problem(pod: Obj, spec: KimiK3DeploymentSpec, gpus: GpuInventory | None
 
 
 def _gpu_message(
-    pod: str, spec: KimiK3DeploymentSpec, gpus: GpuInventory | None, scheduler: str
+    pod: str, spec: KimiK3DeploymentSpec, gpus: GpuCounts | None, scheduler: str
 ) -> str:
     resource = spec.placement.gpu_resource
     asked = spec.gpus_per_replica * spec.replicas
@@ -242,7 +258,7 @@ def observe(
     lws_crd_installed: bool,
     lws: Obj | None,
     pods: Sequence[Obj],
-    gpus: GpuInventory | None = None,
+    gpus: GpuCounts | None = None,
     name: str = "",
     gone_nodes: frozenset[str] = frozenset(),
 ) -> Observation:

@@ -164,3 +164,9 @@ class FakeKube:
 @pytest.fixture
 def kube() -> FakeKube:
     return FakeKube()
+
+
+def key_of(body: Mapping[str, Any] | None) -> tuple[str, str]:
+    """The queue's key of a stored resource: what a reconcile is given."""
+    assert body is not None
+    return body["metadata"]["namespace"], body["metadata"]["name"]

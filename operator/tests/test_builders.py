@@ -7,6 +7,7 @@ from typing import Any
 
 from conftest import spec_of
 from kimik3_operator.api.constants import SPEC_HASH_ANNOTATION
+from kimik3_operator.api.pairing import resolve_drafter
 from kimik3_operator.api.spec import KimiK3DeploymentSpec
 from kimik3_operator.builders.children import build_children
 from kimik3_operator.builders.command import serve_args
@@ -15,7 +16,6 @@ from kimik3_operator.builders.health_probes import startup_budget_seconds
 from kimik3_operator.builders.leaderworkerset import build_leader_worker_set
 from kimik3_operator.builders.podmonitor import build_pod_monitor
 from kimik3_operator.builders.service import build_service
-from kimik3_operator.preflight.pairing import resolve_drafter
 
 OWNER = Owner("k3", "llm", "uid-1")
 

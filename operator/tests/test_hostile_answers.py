@@ -17,10 +17,10 @@ import pytest
 from conftest import FakeKube, resource
 from kimik3_operator.acceptance import LeaderWindow, aggregate, parse_metrics
 from kimik3_operator.config import Settings
-from kimik3_operator.handlers.download_progress import parse_progress
-from kimik3_operator.handlers.speculation import Scraper
 from kimik3_operator.runtime.bounded_http import FetchError, fetch
-from kimik3_operator.runtime.manager import Controller
+from kimik3_operator.runtime.manager import Manager
+from kimik3_operator.runtime.readers import AcceptanceReader
+from kimik3_operator.weights.progress import parse_progress
 
 Handler = Callable[[BaseHTTPRequestHandler], None]
 
@@ -259,11 +259,11 @@ def test_a_slow_leader_does_not_hold_the_periodic_loop() -> None:
         release.wait(10)
         return ""
 
-    controller = Controller(
+    controller = Manager(
         api=FakeKube(),
         api_client=None,
         settings=Settings(gpu_inventory=False),
-        scraper=Scraper(fetch=stuck),
+        acceptance=AcceptanceReader(fetch=stuck),
     )
     for name in ("a", "b"):
         body = resource(name, drafter={"method": "eagle3", "repo": "x/y"})

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from conftest import FakeKube, resource, spec_of
+from conftest import FakeKube, key_of, resource, spec_of
+from kimik3_operator.api.pairing import resolve_drafter
 from kimik3_operator.api.spec import SpecError, parse_spec
 from kimik3_operator.builders.common import Owner
 from kimik3_operator.builders.health_probes import startup_budget_seconds
@@ -22,15 +23,11 @@ from kimik3_operator.builders.model_cache import (
     download_request,
 )
 from kimik3_operator.builders.preflight_job import build_probe_job
-from kimik3_operator.handlers.download_progress import (
-    DownloadProgress,
-    Sample,
-    next_sample,
-    progress_fields,
-)
-from kimik3_operator.handlers.reconcile import reconcile
-from kimik3_operator.preflight.pairing import resolve_drafter
+from kimik3_operator.handlers.reconcile import Context, reconcile
+from kimik3_operator.handlers.status import Readings
+from kimik3_operator.runtime.readers import ProgressReader
 from kimik3_operator.status_view import render_status
+from kimik3_operator.weights.progress import Sample, next_sample, progress_fields
 from kimik3_operator.weights.state import (
     CacheState,
     cache_section,
@@ -324,11 +321,14 @@ def test_rate_and_estimate_from_successive_samples() -> None:
     assert fields["progress"] == "Downloading 50% of 6.0 kB"
 
 
-def test_reader_writes_only_when_the_numbers_moved() -> None:
-    kube = FakeKube()
-    body = resource()
-    body["status"] = {"modelCache": {"key": "k", "phase": "Downloading", "bytesTotal": 100}}
+def test_the_reader_only_records_and_the_reconcile_writes_the_numbers(kube: FakeKube) -> None:
+    """The reader writes nothing: it keeps the pod's answer and says whether it would change
+    status.modelCache; the reconcile folds it in, once, and then writes nothing more."""
+    body = resource(model=CACHE)
     kube.put(body)
+    reconcile(kube, key_of(body), Context(clock=clock))
+    job = next(o for k, o in kube.objects.items() if k[1] == "Job")
+    cache_key_ = job["metadata"]["labels"]["serving.kimik3.io/cache-key"]
     kube.put(
         {
             "apiVersion": "v1",
@@ -336,11 +336,15 @@ def test_reader_writes_only_when_the_numbers_moved() -> None:
             "metadata": {
                 "name": "k3-download-x-1",
                 "namespace": "llm",
-                "labels": {"serving.kimik3.io/cache-key": "k"},
+                "labels": {"serving.kimik3.io/cache-key": cache_key_},
             },
+            "spec": {"nodeName": "cpu-1"},
             "status": {"phase": "Running", "podIP": "10.0.0.9"},
         }
     )
+    reconcile(kube, key_of(body), Context(clock=clock))
+    stored = kube.get(API, "KimiK3Deployment", "k3", "llm")
+    assert stored["status"]["modelCache"]["phase"] == "Downloading"
     answers = iter([{"phase": "Downloading", "bytesDone": 40, "bytesTotal": 100}] * 2)
     seen: list[str] = []
 
@@ -349,13 +353,21 @@ def test_reader_writes_only_when_the_numbers_moved() -> None:
         return json.dumps(next(answers))
 
     times = iter([10.0, 20.0])
-    reader = DownloadProgress(fetch=fetch, clock=lambda: next(times))
-    assert reader.tick(kube, kube.get(API, "KimiK3Deployment", "k3", "llm"))
+    reader = ProgressReader(fetch=fetch, clock=lambda: next(times))
+    kube.writes.clear()
+    assert reader.tick(kube, stored), "the numbers moved: the resource is to be reconciled"
     assert seen == ["http://10.0.0.9:8090/progress"]
+    assert kube.writes == [], "the reader writes nothing"
+    readings = Readings(progress=reader.reading(key_of(stored)))
+    reconcile(kube, key_of(stored), Context(clock=clock, readings=readings))
     written = kube.get(API, "KimiK3Deployment", "k3", "llm")["status"]["modelCache"]
     assert written["bytesDone"] == 40 and written["progress"] == "Downloading 40% of 100 B"
+    assert [w[0] for w in kube.writes] == ["patch_status"], "one status write"
     kube.writes.clear()
-    assert not reader.tick(kube, kube.get(API, "KimiK3Deployment", "k3", "llm"))
+    stored = kube.get(API, "KimiK3Deployment", "k3", "llm")
+    assert not reader.tick(kube, stored)
+    readings = Readings(progress=reader.reading(key_of(stored)))
+    reconcile(kube, key_of(stored), Context(clock=clock, readings=readings))
     assert kube.writes == []
 
 
@@ -369,7 +381,7 @@ def _applied_kinds(kube: FakeKube) -> set[str]:
 def test_no_serving_pod_before_the_cache_is_ready(kube: FakeKube) -> None:
     body = resource(model=CACHE)
     kube.put(body)
-    result = reconcile(kube, body, clock)
+    result = reconcile(kube, key_of(body), Context(clock=clock))
     assert "LeaderWorkerSet/k3" not in result.applied
     assert {"PersistentVolumeClaim/k3-model-cache", "ConfigMap/k3-download-script"} <= set(
         result.applied
@@ -400,13 +412,17 @@ def test_no_serving_pod_before_the_cache_is_ready(kube: FakeKube) -> None:
             "status": {"phase": "Succeeded", **_terminated(report)},
         }
     )
-    result = reconcile(kube, kube.get(API, "KimiK3Deployment", "k3", "llm"), clock)
+    result = reconcile(
+        kube, key_of(kube.get(API, "KimiK3Deployment", "k3", "llm")), Context(clock=clock)
+    )
     assert "LeaderWorkerSet/k3" in result.applied
     status = kube.get(API, "KimiK3Deployment", "k3", "llm")["status"]
     assert status["modelCache"]["phase"] == "Ready" and status["modelCache"]["bytesTotal"] == 10**12
     assert next(c for c in status["conditions"] if c["type"] == "ModelCached")["status"] == "True"
     kube.writes.clear()
-    again = reconcile(kube, kube.get(API, "KimiK3Deployment", "k3", "llm"), clock)
+    again = reconcile(
+        kube, key_of(kube.get(API, "KimiK3Deployment", "k3", "llm")), Context(clock=clock)
+    )
     assert again.applied == [] and kube.writes == []
 
 
@@ -414,7 +430,7 @@ def test_a_new_revision_is_cached_before_the_rollout(kube: FakeKube) -> None:
     body = resource(model=CACHE)
     body["status"] = {}
     kube.put(body)
-    reconcile(kube, body, clock)
+    reconcile(kube, key_of(body), Context(clock=clock))
     stored = kube.get(API, "KimiK3Deployment", "k3", "llm")
     old_job = next(o for k, o in kube.objects.items() if k[1] == "Job")
     stored["status"]["modelCache"] = {
@@ -423,7 +439,7 @@ def test_a_new_revision_is_cached_before_the_rollout(kube: FakeKube) -> None:
         "bytesTotal": 5,
     }
     kube.put(stored)
-    reconcile(kube, stored, clock)
+    reconcile(kube, key_of(stored), Context(clock=clock))
     lws_before = kube.get("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", "k3", "llm")
     assert lws_before is not None
 
@@ -432,7 +448,7 @@ def test_a_new_revision_is_cached_before_the_rollout(kube: FakeKube) -> None:
     changed["metadata"]["generation"] = 2
     kube.put(changed)
     kube.writes.clear()
-    result = reconcile(kube, changed, clock)
+    result = reconcile(kube, key_of(changed), Context(clock=clock))
     assert "LeaderWorkerSet/k3" not in result.applied, "the old revision keeps serving"
     assert f"Job/{old_job['metadata']['name']}" in result.deleted
     assert kube.get("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", "k3", "llm") == lws_before
@@ -471,7 +487,7 @@ def test_a_replaced_claim_is_an_empty_volume_filled_again_before_serving(
     groups, so no serving pod starts offline on the empty volume."""
     body = resource(model=CACHE, replicas=2)
     kube.put(body)
-    reconcile(kube, body, clock)
+    reconcile(kube, key_of(body), Context(clock=clock))
     claim_key = ("v1", "PersistentVolumeClaim", "llm", "k3-model-cache")
     kube.objects[claim_key]["metadata"].update(
         {"uid": "claim-1", "creationTimestamp": "2026-12-01T00:00:00Z"}
@@ -491,7 +507,7 @@ def test_a_replaced_claim_is_an_empty_volume_filled_again_before_serving(
         "status": {"phase": "Succeeded", **_terminated({"phase": "Ready", "bytesTotal": 10})},
     }
     kube.put(old_pod)
-    reconcile(kube, kube.get(API, "KimiK3Deployment", "k3", "llm"), clock)
+    reconcile(kube, key_of(kube.get(API, "KimiK3Deployment", "k3", "llm")), Context(clock=clock))
     cache = kube.get(API, "KimiK3Deployment", "k3", "llm")["status"]["modelCache"]
     assert (cache["phase"], cache["claimUID"]) == ("Ready", "claim-1")
     lws = kube.get("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", "k3", "llm")
@@ -499,11 +515,13 @@ def test_a_replaced_claim_is_an_empty_volume_filled_again_before_serving(
 
     # Someone deletes the claim; the operator makes a new one, which the API gives a new uid.
     kube.delete("v1", "PersistentVolumeClaim", "k3-model-cache", "llm")
-    reconcile(kube, kube.get(API, "KimiK3Deployment", "k3", "llm"), clock)
+    reconcile(kube, key_of(kube.get(API, "KimiK3Deployment", "k3", "llm")), Context(clock=clock))
     kube.objects[claim_key]["metadata"].update(
         {"uid": "claim-2", "creationTimestamp": "2026-12-02T00:00:00Z"}
     )
-    result = reconcile(kube, kube.get(API, "KimiK3Deployment", "k3", "llm"), clock)
+    result = reconcile(
+        kube, key_of(kube.get(API, "KimiK3Deployment", "k3", "llm")), Context(clock=clock)
+    )
     status = kube.get(API, "KimiK3Deployment", "k3", "llm")["status"]
     assert status["modelCache"]["phase"] != "Ready"
     assert status["modelCache"]["claimUID"] == "claim-2"
@@ -512,5 +530,7 @@ def test_a_replaced_claim_is_an_empty_volume_filled_again_before_serving(
     lws = kube.get("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", "k3", "llm")
     assert lws["spec"]["replicas"] == 0, "held: no serving pod on an empty volume"
     # Made again at once here; on the API server, once the deletion has gone through.
-    again = reconcile(kube, kube.get(API, "KimiK3Deployment", "k3", "llm"), clock)
+    again = reconcile(
+        kube, key_of(kube.get(API, "KimiK3Deployment", "k3", "llm")), Context(clock=clock)
+    )
     assert any(a.startswith("Job/k3-download-") for a in result.applied + again.applied)

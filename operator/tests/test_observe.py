@@ -6,8 +6,8 @@ import json
 from typing import Any
 
 from conftest import spec_of
-from kimik3_operator.observe import GpuInventory, observe
-from kimik3_operator.runtime.store import GpuLedger
+from kimik3_operator.observe import GpuCounts, observe
+from kimik3_operator.runtime.gpu_ledger import GpuLedger
 
 LWS: dict[str, Any] = {"status": {"replicas": 1, "updatedReplicas": 1}}
 
@@ -151,7 +151,7 @@ def test_insufficient_gpus_reports_asked_and_free() -> None:
             }
         ],
     )
-    gpus = GpuInventory(allocatable=32, free=0, largest_free_on_one_node=0, nodes=4)
+    gpus = GpuCounts(allocatable=32, free=0, largest_free_on_one_node=0, nodes=4)
     obs = observe(spec_of(replicas=3), lws_crd_installed=True, lws=LWS, pods=[pending], gpus=gpus)
     assert conds(obs)["Degraded"] == ("True", "InsufficientGPUs")
     message = obs.conditions[2].message
@@ -211,15 +211,15 @@ def test_gpu_inventory_counts_free_gpus_on_matching_nodes() -> None:
     ledger = GpuLedger()
     ledger.nodes_listed(nodes)
     ledger.pods_listed([{**p, "metadata": {"uid": str(i)}} for i, p in enumerate(pods)])
-    inv = ledger.inventory("nvidia.com/gpu", {"pool": "h200"})
-    assert inv == GpuInventory(allocatable=16, free=10, largest_free_on_one_node=8, nodes=2)
+    inv = ledger.counts("nvidia.com/gpu", {"pool": "h200"})
+    assert inv == GpuCounts(allocatable=16, free=10, largest_free_on_one_node=8, nodes=2)
     # The watch moves the numbers: the running pod ends, the node cordoned.
     ledger.pod_event(
         "MODIFIED", {**pods[0], "metadata": {"uid": "0"}, "status": {"phase": "Succeeded"}}
     )
     ledger.node_event("MODIFIED", {**nodes[1], "spec": {"unschedulable": True}})
-    inv = ledger.inventory("nvidia.com/gpu", {"pool": "h200"})
-    assert inv == GpuInventory(allocatable=8, free=8, largest_free_on_one_node=8, nodes=1)
+    inv = ledger.counts("nvidia.com/gpu", {"pool": "h200"})
+    assert inv == GpuCounts(allocatable=8, free=8, largest_free_on_one_node=8, nodes=1)
 
 
 def test_gpu_inventory_leaves_out_nodes_whose_taints_the_placement_does_not_tolerate() -> None:
@@ -234,12 +234,12 @@ def test_gpu_inventory_leaves_out_nodes_whose_taints_the_placement_does_not_tole
     ]
     ledger = GpuLedger()
     ledger.nodes_listed(nodes)
-    assert ledger.inventory("nvidia.com/gpu", {}).nodes == 1
+    assert ledger.counts("nvidia.com/gpu", {}).nodes == 1
     exact = [{"key": "pool", "operator": "Equal", "value": "demo", "effect": "NoSchedule"}]
-    assert ledger.inventory("nvidia.com/gpu", {}, exact).nodes == 2
-    assert ledger.inventory("nvidia.com/gpu", {}, [{"operator": "Exists"}]).nodes == 2
+    assert ledger.counts("nvidia.com/gpu", {}, exact).nodes == 2
+    assert ledger.counts("nvidia.com/gpu", {}, [{"operator": "Exists"}]).nodes == 2
     wrong = [{"key": "pool", "operator": "Equal", "value": "prod"}]
-    assert ledger.inventory("nvidia.com/gpu", {}, wrong).nodes == 1
+    assert ledger.counts("nvidia.com/gpu", {}, wrong).nodes == 1
 
 
 def member(group: int, worker: int, node: str = "n1", ready: bool = True) -> dict[str, Any]:
@@ -270,7 +270,7 @@ def test_the_status_names_the_group_that_is_not_ready_and_why() -> None:
 
 
 def test_the_ledger_counts_the_same_from_the_few_fields_it_keeps() -> None:
-    from kimik3_operator.runtime.store import ledger_node_fields, ledger_pod_fields
+    from kimik3_operator.runtime.gpu_ledger import ledger_node_fields, ledger_pod_fields
 
     node = {
         "metadata": {"name": "a", "labels": {"pool": "x"}, "annotations": {"big": "y" * 1000}},
@@ -292,8 +292,8 @@ def test_the_ledger_counts_the_same_from_the_few_fields_it_keeps() -> None:
     slim.pods_listed([ledger_pod_fields(pod)])
     toleration = [{"key": "k", "operator": "Exists"}]
     assert (
-        slim.inventory("nvidia.com/gpu", {"pool": "x"}, toleration)
-        == full.inventory("nvidia.com/gpu", {"pool": "x"}, toleration)
-        == GpuInventory(allocatable=8, free=6, largest_free_on_one_node=6, nodes=1)
+        slim.counts("nvidia.com/gpu", {"pool": "x"}, toleration)
+        == full.counts("nvidia.com/gpu", {"pool": "x"}, toleration)
+        == GpuCounts(allocatable=8, free=6, largest_free_on_one_node=6, nodes=1)
     )
     assert len(json.dumps(ledger_node_fields(node))) < 300

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from conftest import FakeKube, resource
-from kimik3_operator.handlers.reconcile import reconcile
+from conftest import FakeKube, key_of, resource
+from kimik3_operator.handlers.reconcile import Context, reconcile
 
 API = "serving.kimik3.io/v1alpha1"
 
@@ -49,7 +49,7 @@ def test_another_teams_service_is_left_alone(kube: FakeKube, owner_uid: str | No
     kube.put(victim)
     body = resource()
     kube.put(body)
-    result = reconcile(kube, body, clock)
+    result = reconcile(kube, key_of(body), Context(clock=clock))
     assert kube.get("v1", "Service", "k3", "llm") == victim, "not one field changed"
     applied = [w for w in kube.writes if w[0] == "apply"]
     assert applied == [], "nothing else made either: no half deployment"
@@ -84,7 +84,7 @@ def test_another_resources_leader_worker_set_is_not_taken(kube: FakeKube) -> Non
     kube.put(other)
     body = resource()
     kube.put(body)
-    reconcile(kube, body, clock)
+    reconcile(kube, key_of(body), Context(clock=clock))
     assert kube.get("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", "k3", "llm") == other
     message = next(c for c in status(kube)["conditions"] if c["type"] == "Degraded")["message"]
     assert "LeaderWorkerSet/k3 (controlled by KimiK3Deployment/k3)" in message
@@ -94,10 +94,12 @@ def test_when_the_object_goes_the_deployment_proceeds(kube: FakeKube) -> None:
     kube.put(victim_service())
     body = resource()
     kube.put(body)
-    reconcile(kube, body, clock)
+    reconcile(kube, key_of(body), Context(clock=clock))
     kube.delete("v1", "Service", "k3", "llm")
     kube.writes.clear()
-    result = reconcile(kube, kube.get(API, "KimiK3Deployment", "k3", "llm") or {}, clock)
+    result = reconcile(
+        kube, key_of(kube.get(API, "KimiK3Deployment", "k3", "llm") or {}), Context(clock=clock)
+    )
     assert result.applied == ["LeaderWorkerSet/k3", "Service/k3", "PodMonitor/k3"]
     degraded = next(c for c in status(kube)["conditions"] if c["type"] == "Degraded")
     assert degraded["reason"] != "NameConflict"
@@ -106,26 +108,28 @@ def test_when_the_object_goes_the_deployment_proceeds(kube: FakeKube) -> None:
 def test_creation_is_not_forced_and_updates_of_owned_children_are(kube: FakeKube) -> None:
     body = resource()
     kube.put(body)
-    reconcile(kube, body, clock)
+    reconcile(kube, key_of(body), Context(clock=clock))
     assert kube.forced == [False, False, False], "created without force"
     kube.forced.clear()
     changed = kube.get(API, "KimiK3Deployment", "k3", "llm") or {}
     changed["spec"]["replicas"] = 2
     kube.put(changed)
-    reconcile(kube, changed, clock)
+    reconcile(kube, key_of(changed), Context(clock=clock))
     assert kube.forced and all(kube.forced), "owned: force over our own fields"
 
 
 def test_a_conflicting_probe_job_name_blocks_the_preflight(kube: FakeKube) -> None:
     body = resource(preflight={"probe": True})
     kube.put(body)
-    reconcile(kube, body, clock)
+    reconcile(kube, key_of(body), Context(clock=clock))
     job = next(o for (av, k, ns, n), o in kube.objects.items() if k == "Job")
     job["metadata"]["ownerReferences"] = []
     kube.delete(
         "v1", "ConfigMap", next(n for (av, k, ns, n) in kube.objects if k == "ConfigMap"), "llm"
     )
     kube.writes.clear()
-    reconcile(kube, kube.get(API, "KimiK3Deployment", "k3", "llm") or {}, clock)
+    reconcile(
+        kube, key_of(kube.get(API, "KimiK3Deployment", "k3", "llm") or {}), Context(clock=clock)
+    )
     assert [w for w in kube.writes if w[0] == "apply"] == []
     assert status(kube)["reason"] == "NameConflict"

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from conftest import FakeKube, probe_report, resource, spec_of
+from conftest import FakeKube, key_of, probe_report, resource, spec_of
 from kimik3_operator.builders.common import Owner
 from kimik3_operator.builders.preflight_job import build_probe_job, probe_key
-from kimik3_operator.handlers.reconcile import reconcile
+from kimik3_operator.handlers.reconcile import Context, reconcile
 from kimik3_operator.preflight.gate import probed_facts
 from kimik3_operator.preflight.probe import probe_state
 from kimik3_operator.preflight.report import capabilities_condition
@@ -44,7 +44,7 @@ def start(kube: FakeKube, **spec: Any) -> dict[str, Any]:
     body = resource(**spec)
     kube.put(body)
     kube.put(body)
-    reconcile(kube, body, clock)
+    reconcile(kube, key_of(body), Context(clock=clock))
     return body
 
 
@@ -52,7 +52,7 @@ def again(kube: FakeKube) -> None:
     body = kube.get(API, "KimiK3Deployment", "k3", "llm")
     assert body is not None
     kube.put(body)
-    reconcile(kube, body, clock)
+    reconcile(kube, key_of(body), Context(clock=clock))
 
 
 def test_enforce_refuses_the_incompatible_spec_before_any_gpu(kube: FakeKube) -> None:
@@ -77,7 +77,7 @@ def test_fixing_the_spec_clears_the_condition_and_deploys(kube: FakeKube) -> Non
     body["spec"] = {"preflight": {"probe": False}, "engine": {"image": "vllm/vllm-openai:v0.28.0"}}
     body["metadata"]["generation"] = 2
     kube.put(body)
-    reconcile(kube, body, clock)
+    reconcile(kube, key_of(body), Context(clock=clock))
     assert "LeaderWorkerSet" in applied_kinds(kube)
     assert cond(kube, "CapabilitiesVerified")[:2] == ("True", "Verified")
     assert cond(kube, "Degraded")[:2] == ("False", "AsExpected")

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from conftest import FakeKube, resource
+from conftest import FakeKube, key_of, resource
 from kimik3_operator.handlers.drift import is_subset, needs_apply
-from kimik3_operator.handlers.reconcile import reconcile
+from kimik3_operator.handlers.reconcile import Context, reconcile
 
 NOW = "2026-12-02T00:00:00Z"
 
@@ -24,7 +24,7 @@ def stored(kube: FakeKube, body: dict[str, Any]) -> dict[str, Any]:
 def test_first_reconcile_applies_children_and_status(kube: FakeKube) -> None:
     body = stored(kube, resource())
     kube.put(body)
-    result = reconcile(kube, body, clock)
+    result = reconcile(kube, key_of(body), Context(clock=clock))
     assert result.applied == ["LeaderWorkerSet/k3", "Service/k3", "PodMonitor/k3"]
     assert result.status_written
     status = kube.get("serving.kimik3.io/v1alpha1", "KimiK3Deployment", "k3", "llm")["status"]
@@ -47,39 +47,43 @@ def test_first_reconcile_applies_children_and_status(kube: FakeKube) -> None:
 def test_second_reconcile_writes_nothing(kube: FakeKube) -> None:
     body = stored(kube, resource())
     kube.put(body)
-    reconcile(kube, body, clock)
+    reconcile(kube, key_of(body), Context(clock=clock))
     kube.writes.clear()
     again = kube.get("serving.kimik3.io/v1alpha1", "KimiK3Deployment", "k3", "llm")
-    result = reconcile(kube, again, lambda: "2026-12-02T01:00:00Z")
+    result = reconcile(kube, key_of(again), Context(clock=lambda: "2026-12-02T01:00:00Z"))
     assert kube.writes == []
     assert result.applied == [] and not result.status_written and result.events == []
 
 
 def test_changed_spec_reapplies_only_what_changed(kube: FakeKube) -> None:
-    reconcile(kube, stored(kube, resource()), clock)
+    reconcile(kube, key_of(stored(kube, resource())), Context(clock=clock))
     kube.writes.clear()
     body = kube.get("serving.kimik3.io/v1alpha1", "KimiK3Deployment", "k3", "llm")
     body["spec"] = {"preflight": {"probe": False}, "engine": {"image": "vllm/vllm-openai:v0.34.0"}}
     body["metadata"]["generation"] = 2
     kube.put(body)
-    result = reconcile(kube, body, clock)
+    result = reconcile(kube, key_of(body), Context(clock=clock))
     assert result.applied == ["LeaderWorkerSet/k3"]
 
 
 def test_removed_field_is_reapplied(kube: FakeKube) -> None:
-    reconcile(kube, stored(kube, resource(placement={"nodeSelector": {"pool": "a"}})), clock)
+    reconcile(
+        kube,
+        key_of(stored(kube, resource(placement={"nodeSelector": {"pool": "a"}}))),
+        Context(clock=clock),
+    )
     kube.writes.clear()
     body = kube.get("serving.kimik3.io/v1alpha1", "KimiK3Deployment", "k3", "llm")
     body["spec"] = {"preflight": {"probe": False}}
     kube.put(body)
-    result = reconcile(kube, body, clock)
+    result = reconcile(kube, key_of(body), Context(clock=clock))
     assert result.applied == ["LeaderWorkerSet/k3"]
 
 
 def test_invalid_spec_creates_no_child_and_says_why(kube: FakeKube) -> None:
     body = stored(kube, resource(drafter={"method": "none", "repo": "me/drafter"}))
     kube.put(body)
-    result = reconcile(kube, body, clock)
+    result = reconcile(kube, key_of(body), Context(clock=clock))
     assert result.invalid
     assert [w for w in kube.writes if w[0] == "apply"] == []
     status = kube.get("serving.kimik3.io/v1alpha1", "KimiK3Deployment", "k3", "llm")["status"]
@@ -92,12 +96,12 @@ def test_invalid_spec_creates_no_child_and_says_why(kube: FakeKube) -> None:
 
 
 def test_invalid_update_leaves_existing_children_alone(kube: FakeKube) -> None:
-    reconcile(kube, stored(kube, resource()), clock)
+    reconcile(kube, key_of(stored(kube, resource())), Context(clock=clock))
     kube.writes.clear()
     body = kube.get("serving.kimik3.io/v1alpha1", "KimiK3Deployment", "k3", "llm")
     body["spec"] = {"preflight": {"probe": False}, "replicas": -1}
     kube.put(body)
-    result = reconcile(kube, body, clock)
+    result = reconcile(kube, key_of(body), Context(clock=clock))
     assert result.invalid
     assert {w[0] for w in kube.writes} <= {"patch_status", "create"}
     assert kube.get("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", "k3", "llm") is not None
@@ -105,7 +109,7 @@ def test_invalid_update_leaves_existing_children_alone(kube: FakeKube) -> None:
 
 def test_without_lws_crd_nothing_is_applied() -> None:
     kube = FakeKube(crds=())
-    result = reconcile(kube, stored(kube, resource()), clock)
+    result = reconcile(kube, key_of(stored(kube, resource())), Context(clock=clock))
     assert result.applied == []
     status = kube.get("serving.kimik3.io/v1alpha1", "KimiK3Deployment", "k3", "llm")["status"]
     assert status["reason"] == "LeaderWorkerSetCRDMissing"
@@ -113,16 +117,16 @@ def test_without_lws_crd_nothing_is_applied() -> None:
 
 def test_without_prometheus_operator_no_pod_monitor() -> None:
     kube = FakeKube(crds=("leaderworkersets.leaderworkerset.x-k8s.io",))
-    result = reconcile(kube, stored(kube, resource()), clock)
+    result = reconcile(kube, key_of(stored(kube, resource())), Context(clock=clock))
     assert result.applied == ["LeaderWorkerSet/k3", "Service/k3"]
 
 
 def test_turning_the_pod_monitor_off_deletes_it(kube: FakeKube) -> None:
-    reconcile(kube, stored(kube, resource()), clock)
+    reconcile(kube, key_of(stored(kube, resource())), Context(clock=clock))
     body = kube.get("serving.kimik3.io/v1alpha1", "KimiK3Deployment", "k3", "llm")
     body["spec"] = {"preflight": {"probe": False}, "monitoring": {"podMonitor": False}}
     kube.put(body)
-    result = reconcile(kube, body, clock)
+    result = reconcile(kube, key_of(body), Context(clock=clock))
     assert result.deleted == ["PodMonitor/k3"]
 
 
@@ -140,7 +144,7 @@ TEST_CONFIG = {"method": "draft_model", "model": "/models/tiny", "num_speculativ
 
 def test_the_operators_test_setting_replaces_the_speculative_config(kube: FakeKube) -> None:
     body = stored(kube, resource(preflight={"mode": "Disabled"}))
-    reconcile(kube, body, clock, test_config=TEST_CONFIG)
+    reconcile(kube, key_of(body), Context(clock=clock, test_config=TEST_CONFIG))
     lws = kube.get("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", "k3", "llm")
     for role in ("leaderTemplate", "workerTemplate"):
         args = lws["spec"]["leaderWorkerTemplate"][role]["spec"]["containers"][0]["args"]
@@ -154,7 +158,7 @@ def test_a_resource_the_preflight_checks_never_runs_what_it_did_not_check(
     kube: FakeKube,
 ) -> None:
     body = stored(kube, resource(preflight={"mode": "Enforce", "probe": False}))
-    reconcile(kube, body, clock, test_config=TEST_CONFIG)
+    reconcile(kube, key_of(body), Context(clock=clock, test_config=TEST_CONFIG))
     lws = kube.get("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", "k3", "llm")
     args = lws["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]["containers"][0]["args"]
     assert json.loads(args[args.index("--speculative-config") + 1])["method"] == "dspark"
@@ -166,7 +170,7 @@ def test_the_old_annotation_does_nothing(kube: FakeKube) -> None:
     body["metadata"]["annotations"] = {
         "serving.kimik3.io/test-speculative-config": json.dumps(TEST_CONFIG)
     }
-    reconcile(kube, stored(kube, body), clock)
+    reconcile(kube, key_of(stored(kube, body)), Context(clock=clock))
     lws = kube.get("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", "k3", "llm")
     args = lws["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]["containers"][0]["args"]
     assert json.loads(args[args.index("--speculative-config") + 1])["method"] == "dspark"

@@ -6,10 +6,10 @@ import logging
 
 import pytest
 
-from conftest import FakeKube, resource
+from conftest import FakeKube, key_of, resource
 from kimik3_operator.conditions import Condition
 from kimik3_operator.handlers.events import build_event
-from kimik3_operator.handlers.reconcile import reconcile
+from kimik3_operator.handlers.reconcile import Context, reconcile
 from kimik3_operator.redact import RedactingFilter, redact
 
 SECRET = "s3cr3t-pass"
@@ -49,7 +49,7 @@ def test_the_status_and_events_carry_no_credentials(kube: FakeKube) -> None:
         ]
     }
     kube.put(body)
-    reconcile(kube, body, lambda: "2026-12-03T00:00:00Z")
+    reconcile(kube, key_of(body), Context(clock=lambda: "2026-12-03T00:00:00Z"))
     stored = kube.get("serving.kimik3.io/v1alpha1", "KimiK3Deployment", "k3", "llm")
     assert SECRET not in str(stored)
     event = build_event(

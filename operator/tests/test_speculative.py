@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from conftest import FakeKube, resource
+from conftest import FakeKube, key_of, resource
 from e2e.vllm_exporter import FakeLeader
 from kimik3_operator.acceptance import (
     LeaderWindow,
@@ -16,7 +16,9 @@ from kimik3_operator.acceptance import (
     parse_metrics,
     speculative_section,
 )
-from kimik3_operator.handlers.speculation import Scraper
+from kimik3_operator.handlers.reconcile import Context, reconcile
+from kimik3_operator.handlers.status import Readings
+from kimik3_operator.runtime.readers import AcceptanceReader
 
 API = "serving.kimik3.io/v1alpha1"
 
@@ -149,10 +151,32 @@ def condition(kube: FakeKube, type_: str) -> tuple[str, str]:
     return found["status"], found["reason"]
 
 
-def test_scraper_writes_status_and_condition_then_nothing() -> None:
+def scrape(kube: FakeKube, reader: AcceptanceReader) -> bool:
+    """What the manager does: the reader records; a reading that would change the status
+    enqueues the resource, and its reconcile (the status's only writer) writes it."""
+    body = kube.get(API, "KimiK3Deployment", "k3", "llm")
+    writes = len(kube.writes)
+    wanted = reader.tick(kube, body)
+    assert len(kube.writes) == writes, "the reader writes nothing"
+    if wanted:
+        readings = Readings(acceptance=reader.reading(key_of(body)))
+        reconcile(
+            kube, key_of(body), Context(clock=lambda: "2026-12-03T00:00:00Z", readings=readings)
+        )
+    return wanted
+
+
+def settled(kube: FakeKube) -> None:
+    """The first reconcile: children and the status, before any reading."""
+    reconcile(kube, ("llm", "k3"), Context(clock=lambda: "2026-12-03T00:00:00Z"))
+    kube.writes.clear()
+
+
+def test_reading_reaches_the_status_and_condition_then_nothing() -> None:
     kube = FakeKube()
     kube.put(resource(monitoring={"minAcceptanceRate": 0.5}))
     kube.put(leader_pod())
+    settled(kube)
     leader = FakeLeader(started=0.0)
     clock = [0.0]
     urls: list[str] = []
@@ -161,46 +185,52 @@ def test_scraper_writes_status_and_condition_then_nothing() -> None:
         urls.append(url)
         return leader.exposition(now=clock[0])
 
-    scraper = Scraper(window_seconds=60, fetch=fetch, clock=lambda: clock[0])
-    body = kube.get(API, "KimiK3Deployment", "k3", "llm")
-    assert body is not None
-    assert scraper.tick(kube, body)  # one sample, no window yet: still measuring
+    reader = AcceptanceReader(window_seconds=60, fetch=fetch, clock=lambda: clock[0])
+    assert scrape(kube, reader)  # one sample, no window yet: still measuring
     assert condition(kube, "SpeculationEffective") == ("Unknown", "MeasuringAcceptance")
     clock[0] = 60.0
-    assert scraper.tick(kube, body)
+    assert scrape(kube, reader)
     status = kube.get(API, "KimiK3Deployment", "k3", "llm")["status"]  # type: ignore[index]
     assert status["speculative"]["acceptanceRate"] == pytest.approx(0.7)
     assert status["speculative"]["perPositionAcceptance"] == pytest.approx(
         list(leader.per_position)
     )
+    assert status["speculative"]["sampledAt"] == "1970-01-01T00:01:00Z"
     assert condition(kube, "SpeculationEffective") == ("True", "AcceptanceAboveMinimum")
     assert urls[0] == "http://10.0.0.1:8000/metrics"
     kube.writes.clear()
     clock[0] = 90.0
-    assert not scraper.tick(kube, body)
+    assert not scrape(kube, reader)
     assert [w for w in kube.writes if w[0] != "create"] == []
+    # A reconcile for another reason with the same reading writes nothing either.
+    body = kube.get(API, "KimiK3Deployment", "k3", "llm")
+    readings = Readings(acceptance=reader.reading(key_of(body)))
+    reconcile(kube, key_of(body), Context(clock=lambda: "2026-12-03T00:00:00Z", readings=readings))
+    assert [w for w in kube.writes if w[0] != "create"] == []
+    # The numbers are refreshed once they are older than the thresholds' age, as before.
+    clock[0] = 60.0 + 301
+    assert scrape(kube, reader)
 
 
 def test_acceptance_below_minimum_for_a_whole_window() -> None:
     kube = FakeKube()
     kube.put(resource(monitoring={"minAcceptanceRate": 0.9}))
     kube.put(leader_pod())
+    settled(kube)
     leader = FakeLeader(started=0.0)
     clock = [0.0]
-    scraper = Scraper(
+    reader = AcceptanceReader(
         window_seconds=60,
         fetch=lambda _: leader.exposition(now=clock[0]),
         clock=lambda: clock[0],
         url_override="http://127.0.0.1:9/{pod}",
     )
-    body = kube.get(API, "KimiK3Deployment", "k3", "llm")
-    assert body is not None
-    scraper.tick(kube, body)
+    scrape(kube, reader)
     clock[0] = 30.0
-    scraper.tick(kube, body)
+    scrape(kube, reader)
     assert condition(kube, "SpeculationEffective") == ("Unknown", "MeasuringAcceptance")
     clock[0] = 61.0
-    scraper.tick(kube, body)
+    scrape(kube, reader)
     assert condition(kube, "SpeculationEffective") == ("False", "AcceptanceBelowMinimum")
 
 
@@ -208,6 +238,7 @@ def test_unreachable_leader_is_reported_stale() -> None:
     kube = FakeKube()
     kube.put(resource())
     kube.put(leader_pod())
+    settled(kube)
     leader = FakeLeader(started=0.0)
     clock = [0.0]
     down = [False]
@@ -217,17 +248,13 @@ def test_unreachable_leader_is_reported_stale() -> None:
             raise OSError("connection refused")
         return leader.exposition(now=clock[0])
 
-    scraper = Scraper(window_seconds=60, fetch=fetch, clock=lambda: clock[0])
-    body = kube.get(API, "KimiK3Deployment", "k3", "llm")
-    assert body is not None
-    scraper.tick(kube, body)
+    reader = AcceptanceReader(window_seconds=60, fetch=fetch, clock=lambda: clock[0])
+    scrape(kube, reader)
     clock[0] = 60.0
-    scraper.tick(kube, body)
+    scrape(kube, reader)
     down[0] = True
     clock[0] = 90.0
-    kube.objects = {k: v for k, v in kube.objects.items() if v.get("kind") != "Pod"}
-    kube.put(leader_pod())
-    scraper.tick(kube, body)
+    scrape(kube, reader)
     spec_status = kube.get(API, "KimiK3Deployment", "k3", "llm")["status"]["speculative"]  # type: ignore[index]
     assert spec_status["acceptanceRate"] == pytest.approx(0.7)
     assert "k3-0" in spec_status["stale"]

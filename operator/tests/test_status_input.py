@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from conftest import FakeKube, probe_report, resource, spec_of
+from conftest import FakeKube, key_of, probe_report, resource, spec_of
 from kimik3_operator.builders.preflight_job import probe_key
-from kimik3_operator.handlers.reconcile import reconcile
+from kimik3_operator.handlers.reconcile import Context, reconcile
 from kimik3_operator.preflight.probe import report_state
 from kimik3_operator.status_input import readable_status
 
@@ -53,7 +53,7 @@ def test_a_malformed_status_never_stops_the_reconcile(kube: FakeKube, status: An
     body = resource(model={"cache": {}})
     body["status"] = status
     kube.put(body)
-    result = reconcile(kube, body, clock)
+    result = reconcile(kube, key_of(body), Context(clock=clock))
     assert "LeaderWorkerSet/k3" not in result.applied  # the cache is not Ready: held
     stored = kube.get(API, "KimiK3Deployment", "k3", "llm") or {}
     assert isinstance(stored["status"]["conditions"], list)
@@ -62,7 +62,9 @@ def test_a_malformed_status_never_stops_the_reconcile(kube: FakeKube, status: An
     assert warned
     # Healed: the next reconcile finds nothing to ignore and writes nothing.
     kube.writes.clear()
-    reconcile(kube, kube.get(API, "KimiK3Deployment", "k3", "llm") or {}, clock)
+    reconcile(
+        kube, key_of(kube.get(API, "KimiK3Deployment", "k3", "llm") or {}), Context(clock=clock)
+    )
     assert kube.writes == []
 
 
@@ -88,7 +90,7 @@ def test_a_passing_report_written_into_the_status_is_not_trusted(kube: FakeKube)
     key = probe_key(spec_of(**spec))
     body["status"] = {"capabilities": {"probe": {"key": key, "report": probe_report()}}}
     kube.put(body)
-    result = reconcile(kube, body, clock)
+    result = reconcile(kube, key_of(body), Context(clock=clock))
     assert "LeaderWorkerSet/k3" not in result.applied
     stored = kube.get(API, "KimiK3Deployment", "k3", "llm") or {}
     verified = next(
@@ -101,7 +103,7 @@ def test_the_report_is_kept_on_the_job_and_outlives_the_pod(kube: FakeKube) -> N
     spec = {"preflight": {"probe": True}}
     body = resource(**spec)
     kube.put(body)
-    reconcile(kube, body, clock)
+    reconcile(kube, key_of(body), Context(clock=clock))
     key = probe_key(spec_of(**spec))
     report = json.dumps(probe_report())
     kube.put(
@@ -120,11 +122,15 @@ def test_the_report_is_kept_on_the_job_and_outlives_the_pod(kube: FakeKube) -> N
             },
         }
     )
-    result = reconcile(kube, kube.get(API, "KimiK3Deployment", "k3", "llm") or {}, clock)
+    result = reconcile(
+        kube, key_of(kube.get(API, "KimiK3Deployment", "k3", "llm") or {}), Context(clock=clock)
+    )
     assert "LeaderWorkerSet/k3" in result.applied
     job = next(o for k, o in kube.objects.items() if k[1] == "Job")
     assert json.loads(job["metadata"]["annotations"]["serving.kimik3.io/probe-report"])
     kube.delete("v1", "Pod", "probe-1", "llm")
     kube.writes.clear()
-    reconcile(kube, kube.get(API, "KimiK3Deployment", "k3", "llm") or {}, clock)
+    reconcile(
+        kube, key_of(kube.get(API, "KimiK3Deployment", "k3", "llm") or {}), Context(clock=clock)
+    )
     assert kube.writes == []

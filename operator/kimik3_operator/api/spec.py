@@ -12,7 +12,10 @@ import types
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Literal, Union, get_args, get_origin
+
+from kimik3_operator.api.pairing import ResolvedDrafter, resolve_drafter
 
 Architecture = Literal[
     "KimiLinearForCausalLM",
@@ -29,6 +32,7 @@ SampleMethod = Literal["greedy", "probabilistic"]
 RejectionSampleMethod = Literal["standard", "synthetic", "block"]
 CacheAccessMode = Literal["ReadWriteMany", "ReadOnlyMany"]
 
+TARGET_ARCHITECTURES: tuple[Architecture, ...] = get_args(Architecture)
 TEXT_ONLY_ARCHITECTURE: Architecture = "KimiLinearForCausalLM"
 MULTIMODAL_ARCHITECTURES: tuple[Architecture, ...] = (
     "KimiK3ForConditionalGeneration",
@@ -218,6 +222,12 @@ class KimiK3DeploymentSpec:
     @property
     def speculative(self) -> bool:
         return self.drafter.method != "none"
+
+    @cached_property
+    def paired_drafter(self) -> ResolvedDrafter | None:
+        """The drafter this deployment runs, after pairing (None: ``method: none``). The
+        preflight, the builders and the status all read this one answer."""
+        return resolve_drafter(self)
 
 
 def json_name(f: dataclasses.Field[Any]) -> str:

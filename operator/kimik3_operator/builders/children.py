@@ -11,7 +11,6 @@ from kimik3_operator.builders.common import Owner, with_spec_hash
 from kimik3_operator.builders.leaderworkerset import build_leader_worker_set
 from kimik3_operator.builders.podmonitor import build_pod_monitor, wants_pod_monitor
 from kimik3_operator.builders.service import build_service
-from kimik3_operator.preflight.pairing import resolve_drafter
 
 
 def build_children(
@@ -22,7 +21,7 @@ def build_children(
     weight_bytes: int | None = None,
     speculative_override: Mapping[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
-    drafter = resolve_drafter(spec)
+    drafter = spec.paired_drafter
     children = [
         build_leader_worker_set(spec, owner, drafter, weight_bytes, speculative_override),
         build_service(spec, owner),

@@ -6,8 +6,8 @@ import json
 from collections.abc import Mapping
 from typing import Any, Literal
 
+from kimik3_operator.api.pairing import ResolvedDrafter
 from kimik3_operator.api.spec import KimiK3DeploymentSpec
-from kimik3_operator.preflight.pairing import ResolvedDrafter
 
 Role = Literal["leader", "worker"]
 MODEL_MOUNT = "/models"

@@ -8,6 +8,7 @@ from typing import Any
 
 from kimik3_operator.api import constants as c
 from kimik3_operator.api import names
+from kimik3_operator.api.pairing import ResolvedDrafter
 from kimik3_operator.api.spec import KimiK3DeploymentSpec
 from kimik3_operator.builders.command import MODEL_MOUNT, Role, serve_args
 from kimik3_operator.builders.common import (
@@ -19,7 +20,6 @@ from kimik3_operator.builders.common import (
 )
 from kimik3_operator.builders.health_probes import KIMI_K3_WEIGHT_BYTES, leader_probes
 from kimik3_operator.builders.model_cache import CACHE_MOUNT, HUB_CACHE, cache_claim_name
-from kimik3_operator.preflight.pairing import ResolvedDrafter
 
 CONTAINER_NAME = "vllm"
 GIB = 2**30

@@ -21,7 +21,6 @@ from kimik3_operator.builders.common import (
     metadata,
     token_and_engine_env,
 )
-from kimik3_operator.preflight.pairing import resolve_drafter
 
 CACHE_MOUNT: Final = "/model-cache"
 # The Hub's cache layout inside the volume: vLLM finds repo@revision there with no network.
@@ -45,7 +44,7 @@ def download_request(spec: KimiK3DeploymentSpec) -> dict[str, Any]:
     """What the Job fetches: the target and the drafter at their pinned revisions."""
     cache = spec.model.cache
     repos = [{"repo": spec.model.repo, "revision": spec.model.revision}]
-    drafter = resolve_drafter(spec)
+    drafter = spec.paired_drafter
     if drafter is not None and drafter.repo:
         repos.append({"repo": drafter.repo, "revision": drafter.revision})
     return {

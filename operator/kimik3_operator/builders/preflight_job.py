@@ -11,7 +11,7 @@ from typing import Any
 
 from kimik3_operator.api import constants as c
 from kimik3_operator.api import names
-from kimik3_operator.api.spec import KimiK3DeploymentSpec
+from kimik3_operator.api.spec import TARGET_ARCHITECTURES, KimiK3DeploymentSpec
 from kimik3_operator.builders.command import (
     MODEL_MOUNT,
     Role,
@@ -26,8 +26,6 @@ from kimik3_operator.builders.common import (
     metadata,
     token_and_engine_env,
 )
-from kimik3_operator.preflight.pairing import resolve_drafter
-from kimik3_operator.preflight.rules import TARGET_ARCHITECTURES
 
 SCRIPT_KEY = "probe.py"
 SCRIPT_MOUNT = "/probe"
@@ -43,7 +41,7 @@ def probe_request(spec: KimiK3DeploymentSpec) -> dict[str, Any]:
     target: dict[str, Any] = {"repo": spec.model.repo, "revision": spec.model.revision}
     if spec.model.source.pvc is not None:
         target = {"path": model_location(spec)}
-    drafter = resolve_drafter(spec)
+    drafter = spec.paired_drafter
     drafter_location = (
         {"repo": drafter.repo, "revision": drafter.revision}
         if drafter is not None and drafter.repo

@@ -1,5 +1,5 @@
 """The kopf wiring: kopf hosts the process (start-up and clean-up, login, the health endpoint,
-signals, logging); the controller does the work from its own watches, and with a Lease name
+signals, logging); the manager does the work from its own watches, and with a Lease name
 only while this replica holds the Lease. Importing registers the handlers."""
 
 from __future__ import annotations
@@ -11,14 +11,14 @@ import kopf
 import prometheus_client
 
 from kimik3_operator.config import Settings
-from kimik3_operator.handlers.speculation import Scraper
 from kimik3_operator.kube import ApiKube
 from kimik3_operator.redact import install_log_redaction
 from kimik3_operator.runtime.leader import LeaseElector
-from kimik3_operator.runtime.manager import Controller
+from kimik3_operator.runtime.manager import Manager
+from kimik3_operator.runtime.readers import AcceptanceReader
 
 SETTINGS = Settings.from_env()
-CONTROLLERS: list[Controller] = []
+MANAGERS: list[Manager] = []
 ELECTORS: list[LeaseElector] = []
 
 
@@ -34,30 +34,30 @@ def start(settings: kopf.OperatorSettings, **_: Any) -> None:
     # Namespaces are listed explicitly (or all): kopf need not list/watch namespaces and
     # CRDs, which keeps the RBAC to what the operator itself uses.
     settings.scanning.disabled = True
-    scraper = Scraper(
+    acceptance = AcceptanceReader(
         window_seconds=SETTINGS.acceptance_window_seconds, url_override=SETTINGS.scrape_url
     )
-    controller = Controller(api, api.api_client, SETTINGS, scraper)
+    manager = Manager(api, api.api_client, SETTINGS, acceptance)
     if SETTINGS.lease_name:
         elector = LeaseElector(
             api,
             SETTINGS.lease_name,
             SETTINGS.lease_namespace,
             SETTINGS.identity,
-            on_started=lambda: controller.set_active(True),
-            on_stopped=lambda: controller.set_active(False),
+            on_started=lambda: manager.set_active(True),
+            on_stopped=lambda: manager.set_active(False),
             lease_seconds=SETTINGS.lease_seconds,
             renew_deadline_seconds=SETTINGS.lease_seconds * 2 / 3,
             retry_seconds=min(1.5, SETTINGS.lease_seconds / 4),
         )
         # No write once leadership is lost, even from a reconcile already running.
-        controller.kube.may_write = elector.leading.is_set
+        manager.kube.may_write = elector.leading.is_set
         ELECTORS.append(elector)
         elector.start()
     else:
-        controller.set_active(True)
-    controller.start()
-    CONTROLLERS.append(controller)
+        manager.set_active(True)
+    manager.start()
+    MANAGERS.append(manager)
 
 
 NOT_READY = "the watch store have not all listed yet"
@@ -66,7 +66,7 @@ NOT_READY = "the watch store have not all listed yet"
 @kopf.on.probe(id="informers")
 def informers_synced(**_: Any) -> str:
     """The health endpoint fails (500) until every watch has listed and the workers run."""
-    if not CONTROLLERS or not all(c.ready.is_set() for c in CONTROLLERS):
+    if not MANAGERS or not all(c.ready.is_set() for c in MANAGERS):
         raise kopf.PermanentError(NOT_READY)
     return "synced"
 
@@ -90,5 +90,5 @@ def stop(**_: Any) -> None:
     # On SIGTERM: the Lease goes to the next replica at once, not after it expires.
     while ELECTORS:
         ELECTORS.pop().release()
-    while CONTROLLERS:
-        CONTROLLERS.pop().stop()
+    while MANAGERS:
+        MANAGERS.pop().stop()

@@ -11,9 +11,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from kimik3_operator import metrics
 from kimik3_operator.api import constants as c
@@ -37,38 +37,28 @@ from kimik3_operator.builders.preflight_job import (
 from kimik3_operator.conditions import Condition, changed, now_rfc3339
 from kimik3_operator.handlers.drift import needs_apply
 from kimik3_operator.handlers.events import post_event
-from kimik3_operator.handlers.locks import lock_for
-from kimik3_operator.handlers.status import all_conditions, desired_status, status_delta
+from kimik3_operator.handlers.status import (
+    Readings,
+    desired_status,
+    final_observation,
+    speculation_update,
+    status_delta,
+)
 from kimik3_operator.kube import Kube, KubeError, Obj
-from kimik3_operator.observe import GpuInventory, Observation, blocked, invalid_spec, observe
-from kimik3_operator.preflight.gate import Gate, evaluate, gated_observation
+from kimik3_operator.observe import Observation, blocked, invalid_spec, observe, wants_gpu_counts
+from kimik3_operator.preflight.gate import Gate, evaluate
 from kimik3_operator.preflight.probe import ProbeState, probe_state, report_state
 from kimik3_operator.preflight.table import load_table
 from kimik3_operator.redact import redact
 from kimik3_operator.status_input import with_readable_status
-from kimik3_operator.weights.state import (
-    CacheState,
-    cache_state,
-    startup_section,
-    with_model_cache,
-)
+from kimik3_operator.weights.state import CacheState, cache_state, startup_section
+
+if TYPE_CHECKING:  # the runtime feeds the ledger; the reconcile only reads it
+    from kimik3_operator.runtime.gpu_ledger import GpuLedger
 
 log = logging.getLogger(__name__)
 CRD_API = "apiextensions.k8s.io/v1"
 LWS_API = f"{c.LWS_GROUP}/{c.LWS_VERSION}"
-
-
-class NodeView(Protocol):
-    """The cluster's nodes as the watches see them (the GPU ledger)."""
-
-    def inventory(
-        self,
-        resource: str,
-        node_selector: Mapping[str, str],
-        tolerations: Iterable[Mapping[str, Any]] = (),
-    ) -> GpuInventory: ...
-
-    def has_node(self, name: str) -> bool: ...
 
 
 class NameConflictError(Exception):
@@ -144,26 +134,32 @@ class ReconcileResult:
     events: list[str] = field(default_factory=list)
 
 
-def reconcile(
-    kube: Kube,
-    body: Mapping[str, Any],
-    clock: Callable[[], str] = now_rfc3339,
-    nodes: NodeView | None = None,
-    test_config: Mapping[str, Any] | None = None,
-) -> ReconcileResult:
-    meta = body["metadata"]
-    with lock_for(meta["namespace"], meta["name"]), metrics.RECONCILE_SECONDS.time():
-        # The status is written whole per field: start from the stored object, not from a
-        # body that another writer (the acceptance scraper) may have overtaken.
-        fresh = kube.get(c.API_VERSION, c.KIND, meta["name"], meta["namespace"])
-        if fresh is None or fresh.get("metadata", {}).get("deletionTimestamp"):
+@dataclass(frozen=True)
+class Context:
+    """What a reconcile reads besides the API: the clock, the GPU ledger, the readers'
+    latest readings and the operator's test-only speculative config."""
+
+    clock: Callable[[], str] = now_rfc3339
+    ledger: GpuLedger | None = None
+    readings: Readings = field(default_factory=Readings)
+    test_config: Mapping[str, Any] | None = None
+
+
+def reconcile(kube: Kube, key: tuple[str, str], context: Context | None = None) -> ReconcileResult:
+    """One reconcile of the resource ``key`` (namespace, name). The queue never runs two
+    for one key at once, and nothing else writes its status."""
+    namespace, name = key
+    context = context or Context()
+    with metrics.RECONCILE_SECONDS.time():
+        body = kube.get(c.API_VERSION, c.KIND, name, namespace)
+        if body is None or body.get("metadata", {}).get("deletionTimestamp"):
             return ReconcileResult()
-        fresh, dropped = with_readable_status(fresh)
+        body, dropped = with_readable_status(body)
         if dropped:
-            _ignore_malformed_status(kube, fresh, dropped, clock)
+            _ignore_malformed_status(kube, body, dropped, context.clock)
         try:
-            fresh = _drop_legacy_finalizer(kube, fresh)
-            result = _reconcile(kube, fresh, clock, nodes, test_config)
+            body = _drop_legacy_finalizer(kube, body)
+            result = _reconcile(kube, body, context)
         except Exception:
             metrics.RECONCILES.labels("error").inc()
             raise
@@ -206,13 +202,8 @@ def _drop_legacy_finalizer(kube: Kube, body: Obj) -> Obj:
     return kube.patch(c.API_VERSION, c.KIND, meta["name"], meta["namespace"], patch)
 
 
-def _reconcile(
-    kube: Kube,
-    body: Mapping[str, Any],
-    clock: Callable[[], str],
-    nodes: NodeView | None,
-    test_config: Mapping[str, Any] | None,
-) -> ReconcileResult:
+def _reconcile(kube: Kube, body: Mapping[str, Any], context: Context) -> ReconcileResult:
+    clock = context.clock
     meta = body["metadata"]
     owner = Owner(meta["name"], meta["namespace"], meta["uid"])
     result = ReconcileResult()
@@ -231,7 +222,7 @@ def _reconcile(
         _write_status(kube, body, None, observation, result, clock)
         return result
     try:
-        return _deploy(kube, body, spec, owner, result, clock, nodes, test_config)
+        return _deploy(kube, body, spec, owner, result, context)
     except NameConflictError as err:
         # Retried by the periodic resync; a user's change of the name reconciles at once.
         _write_status(kube, body, spec, name_conflict(err), result, clock)
@@ -260,12 +251,11 @@ def _deploy(
     spec: KimiK3DeploymentSpec,
     owner: Owner,
     result: ReconcileResult,
-    clock: Callable[[], str],
-    nodes: NodeView | None,
-    test_config: Mapping[str, Any] | None = None,
+    context: Context,
 ) -> ReconcileResult:
+    clock, ledger = context.clock, context.ledger
     gate = _preflight(kube, spec, owner, body, result, clock)
-    override = speculative_override(spec, test_config)
+    override = speculative_override(spec, context.test_config)
     lws_installed = _crd_exists(kube, c.LWS_CRD)
     cache: CacheState | None = None
     if lws_installed and gate.deploy:
@@ -308,35 +298,42 @@ def _deploy(
     gone = frozenset(
         node
         for node in (p.get("spec", {}).get("nodeName") for p in pods)
-        if node and nodes is not None and not nodes.has_node(node)
+        if node and ledger is not None and not ledger.has_node(node)
+    )
+    placement = spec.placement
+    # The ledger is summed only for a pod the scheduler turned away for want of GPUs.
+    gpus = (
+        ledger.counts(placement.gpu_resource, placement.node_selector, placement.tolerations)
+        if ledger is not None and wants_gpu_counts(pods, spec)
+        else None
     )
     observation = observe(
         spec,
         lws_crd_installed=lws_installed,
         lws=lws,
         pods=pods,
+        gpus=gpus,
         name=owner.name,
         gone_nodes=gone,
     )
-    if nodes is not None and any(
-        p.reason == Reason.INSUFFICIENT_GPUS for p in observation.problems
-    ):
-        placement = spec.placement
-        inventory = nodes.inventory(
-            placement.gpu_resource, placement.node_selector, placement.tolerations
-        )
-        observation = observe(
-            spec,
-            lws_crd_installed=True,
-            lws=lws,
-            pods=pods,
-            gpus=inventory,
-            name=owner.name,
-            gone_nodes=gone,
-        )
-    observation = with_model_cache(gated_observation(observation, gate), cache)
-    startup = startup_section(cache, pods, spec.replicas, observation.ready_replicas)
-    _write_status(kube, body, spec, observation, result, clock, gate, cache, startup, override)
+    status = body.get("status") or {}
+    numbers, speculation = speculation_update(spec, status, context.readings.acceptance)
+    final = final_observation(observation, gate, cache, speculation)
+    startup = startup_section(cache, pods, spec.replicas, final.ready_replicas)
+    _write_status(
+        kube,
+        body,
+        spec,
+        final,
+        result,
+        clock,
+        gate,
+        cache,
+        startup,
+        override,
+        context.readings,
+        numbers,
+    )
     return result
 
 
@@ -519,19 +516,32 @@ def _write_status(
     cache: CacheState | None = None,
     startup: Mapping[str, Any] | None = None,
     override: Mapping[str, Any] | None = None,
+    readings: Readings | None = None,
+    speculative_numbers: Mapping[str, object] | None = None,
 ) -> None:
+    """``observation`` is final: every condition the status ends with."""
     meta = body["metadata"]
     current: Mapping[str, Any] = body.get("status") or {}
-    status = desired_status(body, spec, observation, clock(), gate, cache, startup, override)
-    conditions = all_conditions(observation, gate)
-    metrics.record_conditions(meta["namespace"], meta["name"], conditions)
+    status = desired_status(
+        body,
+        spec,
+        observation,
+        clock(),
+        gate,
+        cache,
+        startup,
+        override,
+        readings,
+        speculative_numbers,
+    )
+    metrics.record_conditions(meta["namespace"], meta["name"], observation.conditions)
     delta = status_delta(current, status)
     if not delta:
         return
     kube.patch_status(c.API_VERSION, c.KIND, meta["name"], meta["namespace"], delta)
     result.status_written = True
     old_conditions = current.get("conditions", []) or []
-    for condition in all_conditions(observation, gate):
+    for condition in observation.conditions:
         if changed(old_conditions, condition):
             if condition.type in (
                 ConditionType.CAPABILITIES_VERIFIED,

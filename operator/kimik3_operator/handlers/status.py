@@ -1,21 +1,69 @@
 """The status a reconcile wants: pure assembly from the stored object, the spec, the
-observation and the preflight gate, and the delta that is worth a write."""
+observation, the preflight gate, the model cache and the readers' latest readings, and the
+delta that is worth a write. The reconcile is the status's only writer."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
+from kimik3_operator.acceptance import AcceptanceReading, speculative_update
 from kimik3_operator.api import constants as c
 from kimik3_operator.api import names
 from kimik3_operator.api.spec import KimiK3DeploymentSpec
 from kimik3_operator.builders.common import Owner, selector_labels
 from kimik3_operator.conditions import Condition, set_condition
 from kimik3_operator.observe import Observation
-from kimik3_operator.preflight.gate import Gate
-from kimik3_operator.preflight.pairing import resolve_drafter
+from kimik3_operator.preflight.gate import Gate, gated_observation
 from kimik3_operator.redact import redact_tree
-from kimik3_operator.weights.state import CacheState, cache_section
+from kimik3_operator.weights.progress import ProgressReading, with_progress
+from kimik3_operator.weights.state import CacheState, cache_section, with_model_cache
+
+
+@dataclass(frozen=True)
+class Readings:
+    """What the readers last saw of one deployment's pods, for the reconcile to write."""
+
+    acceptance: AcceptanceReading | None = None
+    progress: ProgressReading | None = None
+
+
+def final_observation(
+    observation: Observation,
+    gate: Gate | None,
+    cache: CacheState | None,
+    speculation: Condition | None = None,
+) -> Observation:
+    """The conditions the status ends with: the pods' (with the GPU ledger's counts), as
+    the preflight gate and the model cache leave them, and the acceptance reader's."""
+    final = gated_observation(observation, gate) if gate is not None else observation
+    final = with_model_cache(final, cache)
+    gate_conditions = gate.conditions if gate is not None else ()
+    extra = (speculation,) if speculation is not None else ()
+    return Observation(
+        final.ready_replicas,
+        gate_conditions + final.conditions + extra,
+        final.summary_reason,
+        final.problems,
+    )
+
+
+def speculation_update(
+    spec: KimiK3DeploymentSpec | None,
+    current: Mapping[str, Any],
+    reading: AcceptanceReading | None,
+) -> tuple[dict[str, object] | None, Condition | None]:
+    """The new status.speculative numbers and SpeculationEffective, when a reading moved them."""
+    if spec is None or reading is None or spec.paired_drafter is None:
+        return None, None
+    update = speculative_update(
+        current.get("speculative") or {},
+        current.get("conditions") or [],
+        reading,
+        spec.monitoring.min_acceptance_rate,
+    )
+    return update.section, update.condition
 
 
 def desired_status(
@@ -27,12 +75,16 @@ def desired_status(
     cache: CacheState | None = None,
     startup: Mapping[str, Any] | None = None,
     speculative_override: Mapping[str, Any] | None = None,
+    readings: Readings | None = None,
+    speculative_numbers: Mapping[str, object] | None = None,
 ) -> dict[str, Any]:
+    """``observation`` is the final one (``final_observation``); ``speculative_numbers`` the
+    acceptance reading's status.speculative, when it moved."""
     meta = body["metadata"]
     current: Mapping[str, Any] = body.get("status") or {}
     generation = int(meta.get("generation", 0) or 0)
     conditions: list[dict[str, Any]] = [dict(x) for x in current.get("conditions", []) or []]
-    for condition in all_conditions(observation, gate):
+    for condition in observation.conditions:
         conditions = set_condition(conditions, condition, generation, now)
     status: dict[str, Any] = {
         "observedGeneration": generation,
@@ -51,12 +103,17 @@ def desired_status(
                 "gpusPerReplica": spec.gpus_per_replica,
                 "endpoint": names.endpoint(owner.name, owner.namespace, spec.service.port),
                 "speculative": _speculative(
-                    spec, current.get("speculative") or {}, speculative_override
+                    spec,
+                    speculative_numbers or current.get("speculative") or {},
+                    speculative_override,
                 ),
             }
         )
     if cache is not None:
-        status["modelCache"] = cache_section(cache, current.get("modelCache") or {})
+        status["modelCache"] = with_progress(
+            cache_section(cache, current.get("modelCache") or {}),
+            readings.progress if readings is not None else None,
+        )
     if startup is not None:
         status["startup"] = dict(startup)
     if gate is not None:
@@ -64,10 +121,6 @@ def desired_status(
     # The probe's errors and the messages quote the user's env (a mirror, a proxy).
     cleaned: dict[str, Any] = redact_tree(status)
     return cleaned
-
-
-def all_conditions(observation: Observation, gate: Gate | None) -> tuple[Condition, ...]:
-    return (gate.conditions if gate is not None else ()) + observation.conditions
 
 
 def _keep_checked_at(current: Mapping[str, Any], new: dict[str, Any]) -> dict[str, Any]:
@@ -95,7 +148,7 @@ def _speculative(
             }
         )
         return section
-    drafter = resolve_drafter(spec)
+    drafter = spec.paired_drafter
     if drafter is None:
         return {"method": "none"}
     section = dict(current) if current.get("drafter") == drafter.repo else {}

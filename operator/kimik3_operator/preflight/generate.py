@@ -21,6 +21,7 @@ import zipfile
 from collections.abc import Iterable
 from typing import Any, Final
 
+from kimik3_operator.api.spec import TARGET_ARCHITECTURES
 from kimik3_operator.preflight.drafter_methods import (
     acceptance_by_platform,
     extract_methods,
@@ -35,11 +36,6 @@ from kimik3_operator.preflight.probe_script import (
     platform_imports,
 )
 
-TARGET_ARCHITECTURES: Final = (
-    "KimiLinearForCausalLM",
-    "KimiK3ForConditionalGeneration",
-    "KimiK31ForConditionalGeneration",
-)
 DRAFTER_ARCHITECTURES: Final = ("K3DSparkModel", "KimiK3MTPModel")
 PROTOCOLS: Final = {
     "SupportsEagle3": "supportsEagle3",
@@ -200,10 +196,10 @@ def release_capabilities(wheel: Wheel) -> dict[str, Any]:
             "platforms": platforms,
         }
     drafters: dict[str, Any] = {}
-    for arch in DRAFTER_ARCHITECTURES:
-        if arch not in entries:
+    for drafter_arch in DRAFTER_ARCHITECTURES:
+        if drafter_arch not in entries:
             continue
-        module, cls = entries[arch]
+        module, cls = entries[drafter_arch]
         if module == K3_PACKAGE:
             platforms_list = sorted(p for p, names in per_platform.items() if cls in names)
         else:
@@ -211,7 +207,7 @@ def release_capabilities(wheel: Wheel) -> dict[str, Any]:
                 "nvidia",
                 "amd",
             ]
-        drafters[arch] = {"registeredAs": [module, cls], "platforms": platforms_list}
+        drafters[drafter_arch] = {"registeredAs": [module, cls], "platforms": platforms_list}
     dspark_utils = wheel.read("vllm/v1/worker/gpu/spec_decode/dspark/utils.py") or ""
     speculative = wheel.read("vllm/config/speculative.py") or ""
     eagle3_utils = wheel.read("vllm/v1/worker/gpu/spec_decode/eagle/eagle3_utils.py") or ""

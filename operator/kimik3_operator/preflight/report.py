@@ -9,7 +9,6 @@ from typing import Any, Literal
 from kimik3_operator.api.constants import ConditionType, Reason
 from kimik3_operator.api.spec import KimiK3DeploymentSpec
 from kimik3_operator.conditions import Condition
-from kimik3_operator.preflight.pairing import resolve_drafter
 from kimik3_operator.preflight.rules import Context, Facts, Finding
 from kimik3_operator.preflight.table import format_version, resolve_version
 
@@ -55,7 +54,7 @@ def drafter_condition(spec: KimiK3DeploymentSpec, findings: Sequence[Finding]) -
         return Condition(
             ConditionType.DRAFTER_PAIRED, "False", failed[0].reason, _summarise(failed)
         )
-    drafter = resolve_drafter(spec)
+    drafter = spec.paired_drafter
     if drafter is None:
         return Condition(
             ConditionType.DRAFTER_PAIRED,

@@ -11,15 +11,14 @@ from typing import Any, Literal
 
 from kimik3_operator.api.constants import ConditionType, Reason
 from kimik3_operator.api.flags import owned_flag
-from kimik3_operator.api.spec import EAGLE3_FAMILY, KimiK3DeploymentSpec
-from kimik3_operator.preflight.drafter_methods import judge, methods_that_load
-from kimik3_operator.preflight.facts import DrafterFacts, TargetFacts
-from kimik3_operator.preflight.pairing import (
+from kimik3_operator.api.pairing import (
     KNOWN_DRAFTER_CONFIGS,
     TARGET_MODEL_TYPE,
     ResolvedDrafter,
-    resolve_drafter,
 )
+from kimik3_operator.api.spec import EAGLE3_FAMILY, KimiK3DeploymentSpec
+from kimik3_operator.preflight.drafter_methods import judge, methods_that_load
+from kimik3_operator.preflight.facts import DrafterFacts, TargetFacts
 from kimik3_operator.preflight.table import (
     CapabilityTable,
     Version,
@@ -31,11 +30,6 @@ FindingStatus = Literal["Pass", "Fail", "Unknown"]
 CAPABILITIES = ConditionType.CAPABILITIES_VERIFIED
 DRAFTER = ConditionType.DRAFTER_PAIRED
 DRAFTER_ARCHITECTURE = {"dspark": "K3DSparkModel", "mtp": "KimiK3MTPModel"}
-TARGET_ARCHITECTURES = (
-    "KimiLinearForCausalLM",
-    "KimiK3ForConditionalGeneration",
-    "KimiK31ForConditionalGeneration",
-)
 
 
 @dataclass(frozen=True)
@@ -440,7 +434,7 @@ def check_drafter(ctx: Context) -> Iterable[Finding]:
     if method == "none":
         yield Finding("drafter", "Pass", Reason.NO_DRAFTER, "speculative decoding is off", DRAFTER)
         return
-    drafter = resolve_drafter(spec)
+    drafter = spec.paired_drafter
     assert drafter is not None
     if method in ("dspark", "eagle3", "dflash") and not drafter.repo:
         yield Finding(

@@ -1,10 +1,10 @@
-"""The operator's engine: watches fill the store, events become keys in one coalescing
-queue, worker threads reconcile, and one operator-wide loop does the periodic work.
+"""The manager: watches fill the store, events become keys in one coalescing queue, worker
+threads reconcile, and one operator-wide loop does the periodic work.
 
 Nothing here is per-object in kopf's sense, so kopf puts no finalizer on a resource: a
 KimiK3Deployment or its namespace deletes with the operator stopped, its children go by
-garbage collection, and the operator's own state for it (metrics series, scraper windows,
-locks) is dropped on the delete event or when the loop no longer finds it.
+garbage collection, and the operator's own state for it (metrics series, the readers'
+windows) is dropped on the delete event or when the loop no longer finds it.
 """
 
 from __future__ import annotations
@@ -22,21 +22,14 @@ from typing import Any
 from kimik3_operator import metrics
 from kimik3_operator.api import constants as c
 from kimik3_operator.config import Settings
-from kimik3_operator.handlers.download_progress import DownloadProgress
-from kimik3_operator.handlers.locks import forget_lock
-from kimik3_operator.handlers.reconcile import reconcile
-from kimik3_operator.handlers.speculation import Scraper
+from kimik3_operator.handlers.reconcile import Context, reconcile
+from kimik3_operator.handlers.status import Readings
 from kimik3_operator.kube import Kube, KubeError
+from kimik3_operator.runtime.gpu_ledger import GpuLedger, ledger_node_fields, ledger_pod_fields
 from kimik3_operator.runtime.informer import Informer, Obj
 from kimik3_operator.runtime.queue import WorkQueue
-from kimik3_operator.runtime.store import (
-    GpuLedger,
-    Store,
-    StoreKube,
-    ledger_node_fields,
-    ledger_pod_fields,
-    trimmed,
-)
+from kimik3_operator.runtime.readers import AcceptanceReader, ProgressReader
+from kimik3_operator.runtime.store import Store, StoreKube, trimmed
 
 log = logging.getLogger(__name__)
 Key = tuple[str, str]
@@ -94,17 +87,17 @@ def owner_key(obj: Mapping[str, Any]) -> Key | None:
 
 
 @dataclass
-class Controller:
+class Manager:
     api: Kube
     api_client: Any
     settings: Settings
-    scraper: Scraper
+    acceptance: AcceptanceReader
     store: Store = field(default_factory=Store)
     ledger: GpuLedger | None = None
     queue: WorkQueue[Key] = field(default_factory=WorkQueue)
     active: threading.Event = field(default_factory=threading.Event)
     informers: list[Informer] = field(default_factory=list)
-    progress: DownloadProgress = field(default_factory=DownloadProgress)
+    progress: ProgressReader = field(default_factory=ProgressReader)
     _stop: threading.Event = field(default_factory=threading.Event)
     # Every watch has listed and the workers run.
     ready: threading.Event = field(default_factory=threading.Event)
@@ -247,7 +240,7 @@ class Controller:
     ) -> Callable[[str, Obj], None]:
         def on_event(event: str, obj: Obj) -> None:
             if not record(event, obj):
-                return  # most pod events: nothing the inventory counts
+                return  # most pod events: nothing the ledger counts
             # Free GPUs moved: a deployment waiting for them may fit now.
             for namespace, name in self.store.keys(c.KIND):
                 status = (self.store.get(c.KIND, namespace, name) or {}).get("status")
@@ -278,20 +271,23 @@ class Controller:
 
     def forget(self, namespace: str, name: str) -> None:
         metrics.forget(namespace, name)
-        self.scraper.forget(namespace, name)
+        self.acceptance.forget(namespace, name)
         self.progress.forget(namespace, name)
-        forget_lock(namespace, name)
 
     def _forget_missing(self) -> None:
         present = set(self.store.keys(c.KIND))
-        for key in (self.scraper.known() | metrics.known()) - present:
+        for key in (self.acceptance.known() | metrics.known()) - present:
             self.forget(*key)
 
     def reconcile_key(self, key: Key) -> None:
         namespace, name = key
-        body = {"metadata": {"namespace": namespace, "name": name}}
+        context = Context(
+            ledger=self.ledger,
+            readings=Readings(self.acceptance.reading(key), self.progress.reading(key)),
+            test_config=self.test_config,
+        )
         try:
-            reconcile(self.kube, body, nodes=self.ledger, test_config=self.test_config)
+            reconcile(self.kube, key, context)
         except Exception as exc:
             delay = self.queue.add_after_failure(key)
             attempt = self.queue.failures(key)
@@ -363,17 +359,19 @@ class Controller:
                 self._scraping.discard(key)
 
     def _scrape_one(self, key: Key) -> None:
+        """Each reader records what it read; a reading that would change the status
+        enqueues the resource, whose reconcile writes it."""
         body = self.store.get(c.KIND, *key)
         if body is None:
             return
-        try:
-            self.progress.tick(self.kube, body)
-        except Exception:  # one deployment's scrape never stops the others
-            log.exception("download progress of %s/%s failed", *key)
-        try:
-            self.scraper.tick(self.kube, body)
-        except Exception:
-            log.exception("acceptance scrape of %s/%s failed", *key)
+        changed = False
+        for reader in (self.progress, self.acceptance):
+            try:
+                changed = reader.tick(self.kube, body) or changed
+            except Exception:  # one deployment's scrape never stops the others
+                log.exception("%s of %s/%s failed", type(reader).__name__, *key)
+        if changed:
+            self._enqueue(key)
 
     # --- lifecycle ----------------------------------------------------------------------
 

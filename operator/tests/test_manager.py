@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from conftest import FakeKube, resource
+from conftest import FakeKube, key_of, resource
 from kimik3_operator.api.constants import LEGACY_KOPF_FINALIZER, ConditionType
 from kimik3_operator.conditions import Condition
 from kimik3_operator.handlers.events import event_type
@@ -146,7 +146,7 @@ def test_a_resource_made_by_an_earlier_release_loses_kopfs_finalizer() -> None:
     body = resource()
     body["metadata"]["finalizers"] = [LEGACY_KOPF_FINALIZER, "example.com/other"]
     kube.put(body)
-    reconcile(kube, body)
+    reconcile(kube, key_of(body))
     stored = kube.get(body["apiVersion"], body["kind"], "k3", "llm")
     assert stored is not None
     assert stored["metadata"]["finalizers"] == ["example.com/other"]
@@ -273,12 +273,15 @@ def test_workers_start_only_once_every_watch_has_listed() -> None:
     import time
 
     from kimik3_operator.config import Settings
-    from kimik3_operator.handlers.speculation import Scraper
-    from kimik3_operator.runtime.manager import Controller
+    from kimik3_operator.runtime.manager import Manager
+    from kimik3_operator.runtime.readers import AcceptanceReader
 
     silent = SilentInformer()
-    controller = Controller(
-        api=FakeKube(), api_client=None, settings=Settings(gpu_inventory=False), scraper=Scraper()
+    controller = Manager(
+        api=FakeKube(),
+        api_client=None,
+        settings=Settings(gpu_inventory=False),
+        acceptance=AcceptanceReader(),
     )
     controller.build_informers = lambda: [silent]  # type: ignore[method-assign, list-item]
     controller.start(sync_timeout=0.1)

@@ -7,14 +7,15 @@ DSpark drafter known for that target. Values are the Kimi-K3 recipe's.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
-from kimik3_operator.api.spec import (
-    DrafterMethod,
-    KimiK3DeploymentSpec,
-    RejectionSampleMethod,
-    SampleMethod,
-)
+if TYPE_CHECKING:  # the spec reads its paired drafter from here: no import cycle at run time
+    from kimik3_operator.api.spec import (
+        DrafterMethod,
+        KimiK3DeploymentSpec,
+        RejectionSampleMethod,
+        SampleMethod,
+    )
 
 
 @dataclass(frozen=True)
@@ -78,7 +79,8 @@ class ResolvedDrafter:
 
 
 def resolve_drafter(spec: KimiK3DeploymentSpec) -> ResolvedDrafter | None:
-    """The drafter to run, or None for ``method: none``.
+    """The drafter to run, or None for ``method: none``. Read it as ``spec.paired_drafter``,
+    which resolves it once per parsed spec.
 
     A method that needs a separate drafter checkpoint but has no repo and no known
     pairing keeps an empty repo; the preflight reports that as ``DrafterNotFound``.

@@ -1,0 +1,183 @@
+"""The GPU ledger: per node its allocatable GPUs, per pod the GPUs it holds, fed by two
+cluster-wide watches. It keeps numbers, never objects, so 20,000 pods cost a few MiB, and
+answers how many GPUs a placement could use and how many are free."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kimik3_operator.kube import Obj
+from kimik3_operator.observe import GpuCounts
+
+
+@dataclass(frozen=True)
+class Taint:
+    key: str
+    value: str
+    effect: str
+
+
+@dataclass(frozen=True)
+class NodeGpus:
+    labels: Mapping[str, str]
+    schedulable: bool
+    allocatable: Mapping[str, int]
+    taints: tuple[Taint, ...] = ()
+
+
+def tolerates(tolerations: Iterable[Mapping[str, Any]], taint: Taint) -> bool:
+    """The scheduler's toleration match, for the effects that keep a pod off a node."""
+    for toleration in tolerations:
+        effect = toleration.get("effect") or ""
+        if effect and effect != taint.effect:
+            continue
+        key = toleration.get("key") or ""
+        if toleration.get("operator") == "Exists":
+            if not key or key == taint.key:
+                return True
+        elif key == taint.key and (toleration.get("value") or "") == taint.value:
+            return True
+    return False
+
+
+def _extended(resources: Mapping[str, Any] | None) -> dict[str, int]:
+    """Extended resources (``vendor/name``) as integers: GPUs and the like."""
+    found: dict[str, int] = {}
+    for name, value in (resources or {}).items():
+        if "/" in name:
+            try:
+                found[name] = int(str(value))
+            except ValueError:
+                continue
+    return found
+
+
+def node_gpus(node: Mapping[str, Any]) -> NodeGpus:
+    spec = node.get("spec") or {}
+    return NodeGpus(
+        labels=dict((node.get("metadata") or {}).get("labels") or {}),
+        schedulable=not spec.get("unschedulable"),
+        allocatable=_extended((node.get("status") or {}).get("allocatable")),
+        taints=tuple(
+            Taint(t.get("key", ""), t.get("value") or "", t.get("effect", ""))
+            for t in spec.get("taints") or []
+            if t.get("effect") in ("NoSchedule", "NoExecute")
+        ),
+    )
+
+
+def pod_gpus(pod: Mapping[str, Any]) -> tuple[str, dict[str, int]] | None:
+    """(node, extended-resource requests) of a bound, running pod; None for anything else."""
+    spec = pod.get("spec") or {}
+    node = spec.get("nodeName")
+    if not node or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+        return None
+    total: dict[str, int] = {}
+    for container in spec.get("containers") or []:
+        requests = (container.get("resources") or {}).get("requests")
+        for name, amount in _extended(requests).items():
+            total[name] = total.get(name, 0) + amount
+    return (node, total) if total else None
+
+
+def ledger_pod_fields(pod: Mapping[str, Any]) -> Obj:
+    """Only what the ledger reads of a pod, so a list of 20,000 pods stays small."""
+    spec = pod.get("spec") or {}
+    return {
+        "metadata": {"uid": (pod.get("metadata") or {}).get("uid", "")},
+        "spec": {
+            "nodeName": spec.get("nodeName"),
+            "containers": [
+                {"resources": {"requests": (c.get("resources") or {}).get("requests") or {}}}
+                for c in spec.get("containers") or []
+            ],
+        },
+        "status": {"phase": (pod.get("status") or {}).get("phase")},
+    }
+
+
+def ledger_node_fields(node: Mapping[str, Any]) -> Obj:
+    meta, spec = node.get("metadata") or {}, node.get("spec") or {}
+    return {
+        "metadata": {"name": meta.get("name", ""), "labels": meta.get("labels") or {}},
+        "spec": {"unschedulable": spec.get("unschedulable"), "taints": spec.get("taints") or []},
+        "status": {"allocatable": (node.get("status") or {}).get("allocatable") or {}},
+    }
+
+
+class GpuLedger:
+    """Per node the allocatable GPUs, per pod what it holds: numbers, never whole objects."""
+
+    def __init__(self) -> None:
+        self._nodes: dict[str, NodeGpus] = {}
+        self._pods: dict[str, tuple[str, dict[str, int]]] = {}
+        self._listed = False
+        self._lock = threading.Lock()
+
+    def has_node(self, name: str) -> bool:
+        """Whether the node exists; before the first list, assume it does."""
+        with self._lock:
+            return not self._listed or name in self._nodes
+
+    def node_event(self, kind: str, node: Mapping[str, Any]) -> bool:
+        """Record a node's event; True when what the ledger counts changed."""
+        name = (node.get("metadata") or {}).get("name", "")
+        with self._lock:
+            before = self._nodes.get(name)
+            if kind == "DELETED":
+                self._nodes.pop(name, None)
+                return before is not None
+            self._nodes[name] = after = node_gpus(node)
+            return before != after
+
+    def nodes_listed(self, nodes: Iterable[Mapping[str, Any]]) -> None:
+        with self._lock:
+            self._nodes = {(n.get("metadata") or {}).get("name", ""): node_gpus(n) for n in nodes}
+            self._listed = True
+
+    def pod_event(self, kind: str, pod: Mapping[str, Any]) -> bool:
+        """Record a pod's event; True when the GPUs it holds changed (never for the many
+        pods that hold none)."""
+        uid = (pod.get("metadata") or {}).get("uid", "")
+        held = None if kind == "DELETED" else pod_gpus(pod)
+        with self._lock:
+            before = self._pods.pop(uid, None) if held is None else self._pods.get(uid)
+            if held is not None:
+                self._pods[uid] = held
+            return before != held
+
+    def pods_listed(self, pods: Iterable[Mapping[str, Any]]) -> None:
+        held = {(p.get("metadata") or {}).get("uid", ""): pod_gpus(p) for p in pods}
+        with self._lock:
+            self._pods = {uid: h for uid, h in held.items() if h is not None}
+
+    def counts(
+        self,
+        resource: str,
+        node_selector: Mapping[str, str],
+        tolerations: Iterable[Mapping[str, Any]] = (),
+    ) -> GpuCounts:
+        """GPUs on the nodes this placement could use: what the scheduler had to work with."""
+        tolerated = list(tolerations)
+        with self._lock:
+            used: dict[str, int] = {}
+            for bound_to, requests in self._pods.values():
+                used[bound_to] = used.get(bound_to, 0) + requests.get(resource, 0)
+            allocatable = free = largest = count = 0
+            for node_name, gpus in self._nodes.items():
+                amount = gpus.allocatable.get(resource, 0)
+                if not gpus.schedulable or amount == 0:
+                    continue
+                if any(gpus.labels.get(k) != v for k, v in node_selector.items()):
+                    continue
+                if not all(tolerates(tolerated, taint) for taint in gpus.taints):
+                    continue
+                count += 1
+                allocatable += amount
+                left = max(0, amount - used.get(node_name, 0))
+                free += left
+                largest = max(largest, left)
+        return GpuCounts(allocatable, free, largest, count)

@@ -1,0 +1,211 @@
+"""The two readers of pods' HTTP answers: every Ready leader's /metrics (the acceptance of
+the speculative drafter) and the running download pod's /progress.
+
+A reader never writes to the API server. It keeps its latest reading in memory and answers
+whether that reading would change the stored status; the manager then enqueues the
+resource, and the reconcile, the status's one writer, folds the reading in.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from kimik3_operator import metrics
+from kimik3_operator.acceptance import (
+    MAX_POSITIONS,
+    AcceptanceReading,
+    LeaderWindow,
+    Thresholds,
+    aggregate,
+    parse_metrics,
+    speculative_update,
+)
+from kimik3_operator.api import constants as c
+from kimik3_operator.api.spec import SpecError, parse_spec
+from kimik3_operator.builders.model_cache import PROGRESS_PORT
+from kimik3_operator.kube import Kube
+from kimik3_operator.observe import pod_ready
+from kimik3_operator.runtime.bounded_http import fetch as bounded_fetch
+from kimik3_operator.status_input import readable_status
+from kimik3_operator.weights.progress import (
+    ACTIVE_PHASES,
+    PROGRESS_MAX_BYTES,
+    ProgressReading,
+    next_sample,
+    parse_progress,
+    progress_fields,
+)
+
+log = logging.getLogger(__name__)
+Key = tuple[str, str]
+Fetch = Callable[[str], str]
+
+
+def metrics_fetch(url: str) -> str:
+    """A leader's /metrics: vLLM's exposition is tens of KiB; 4 MiB and 5 s are ample."""
+    return bounded_fetch(url)
+
+
+def progress_fetch(url: str) -> str:
+    return bounded_fetch(url, max_bytes=PROGRESS_MAX_BYTES)
+
+
+def _key(body: Mapping[str, Any]) -> Key:
+    meta = body["metadata"]
+    return meta["namespace"], meta["name"]
+
+
+@dataclass
+class AcceptanceReader:
+    """Per deployment, the windows of its leaders and the latest aggregate over them."""
+
+    window_seconds: float = 300.0
+    url_override: str = ""  # e.g. http://127.0.0.1:9400/metrics, where pods have no network
+    thresholds: Thresholds = field(default_factory=Thresholds)
+    fetch: Fetch = metrics_fetch
+    clock: Callable[[], float] = time.time
+    _windows: dict[Key, dict[str, LeaderWindow]] = field(default_factory=dict)
+    _readings: dict[Key, AcceptanceReading] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def forget(self, namespace: str, name: str) -> None:
+        with self._lock:
+            self._windows.pop((namespace, name), None)
+            self._readings.pop((namespace, name), None)
+
+    def known(self) -> set[Key]:
+        with self._lock:
+            return set(self._windows)
+
+    def reading(self, key: Key) -> AcceptanceReading | None:
+        with self._lock:
+            return self._readings.get(key)
+
+    def url(self, pod: Mapping[str, Any], port: int) -> str | None:
+        if self.url_override:
+            return self.url_override.format(
+                pod=pod["metadata"]["name"], namespace=pod["metadata"]["namespace"]
+            )
+        ip = pod.get("status", {}).get("podIP")
+        return f"http://{ip}:{port}/metrics" if ip else None
+
+    def tick(self, kube: Kube, body: Mapping[str, Any]) -> bool:
+        """Scrapes the leaders and records the reading; True when it would change the
+        stored status (the caller then enqueues the resource)."""
+        namespace, name = key = _key(body)
+        try:
+            spec = parse_spec(body.get("spec"))
+        except SpecError:
+            return False
+        drafter = spec.paired_drafter
+        if drafter is None:
+            self.forget(namespace, name)
+            return False
+        positions = drafter.num_speculative_tokens or MAX_POSITIONS
+        selector = (
+            f"{c.LABEL_INSTANCE}={name},{c.LABEL_COMPONENT}={c.COMPONENT_LEADER},"
+            f"{c.LABEL_MANAGED_BY}={c.OPERATOR_NAME}"
+        )
+        leaders = [
+            p for p in kube.list("v1", "Pod", namespace, label_selector=selector) if pod_ready(p)
+        ]
+        now = self.clock()
+        unreachable: list[str] = []
+        with self._lock:
+            windows = dict(self._windows.get(key, {}))
+        for pod in leaders:
+            pod_name = pod["metadata"]["name"]
+            url = self.url(pod, spec.service.port)
+            try:
+                if url is None:
+                    raise OSError("no pod IP")
+                snapshot = parse_metrics(self.fetch(url), now, positions)
+            except (OSError, ValueError, RecursionError) as exc:
+                log.info("cannot read %s of %s/%s: %s", url, namespace, pod_name, exc)
+                unreachable.append(pod_name)
+                continue
+            if snapshot is not None:
+                windows.setdefault(pod_name, LeaderWindow()).add(snapshot, self.window_seconds)
+        present = {p["metadata"]["name"] for p in leaders}
+        windows = {pod: window for pod, window in windows.items() if pod in present}
+        acceptance = aggregate(windows.values(), self.window_seconds)
+        reading = AcceptanceReading(
+            acceptance, now, self.window_seconds, tuple(sorted(unreachable)), self.thresholds
+        )
+        with self._lock:
+            self._windows[key] = windows
+            self._readings[key] = reading
+        minimum = spec.monitoring.min_acceptance_rate
+        metrics.MIN_ACCEPTANCE.labels(namespace, name).set(minimum)
+        if acceptance.rate is not None:
+            metrics.ACCEPTANCE.labels(namespace, name).set(acceptance.rate)
+        status, _ = readable_status(body.get("status"))
+        update = speculative_update(
+            status.get("speculative") or {}, status.get("conditions") or [], reading, minimum
+        )
+        return not update.empty
+
+
+@dataclass
+class ProgressReader:
+    """Per deployment, the latest /progress answer of its running download pod."""
+
+    url_override: str = ""  # where pods have no network (the KWOK tests); {pod}, {namespace}
+    fetch: Fetch = progress_fetch
+    clock: Callable[[], float] = time.time
+    _readings: dict[Key, ProgressReading] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def forget(self, namespace: str, name: str) -> None:
+        with self._lock:
+            self._readings.pop((namespace, name), None)
+
+    def reading(self, key: Key) -> ProgressReading | None:
+        with self._lock:
+            return self._readings.get(key)
+
+    def url(self, pod: Mapping[str, Any]) -> str | None:
+        meta = pod["metadata"]
+        if self.url_override:
+            return self.url_override.format(pod=meta["name"], namespace=meta["namespace"])
+        ip = pod.get("status", {}).get("podIP")
+        return f"http://{ip}:{PROGRESS_PORT}/progress" if ip else None
+
+    def tick(self, kube: Kube, body: Mapping[str, Any]) -> bool:
+        """Reads the download pod's progress; True when it would change status.modelCache."""
+        namespace, name = key = _key(body)
+        stored = readable_status(body.get("status"))[0].get("modelCache") or {}
+        cache_key = stored.get("key")
+        if stored.get("phase") not in ACTIVE_PHASES or not isinstance(cache_key, str):
+            self.forget(namespace, name)
+            return False
+        pods = kube.list("v1", "Pod", namespace, label_selector=f"{c.CACHE_KEY_LABEL}={cache_key}")
+        running = [p for p in pods if p.get("status", {}).get("phase") == "Running"]
+        if not running:
+            return False
+        url = self.url(running[0])
+        if url is None:
+            return False
+        try:
+            report = parse_progress(self.fetch(url))
+        except (OSError, ValueError) as exc:
+            log.info(
+                "cannot read the download progress of %s/%s at %s: %s", namespace, name, url, exc
+            )
+            return False
+        with self._lock:
+            previous = self._readings.get(key)
+            sample = next_sample(
+                previous.sample
+                if previous is not None and previous.cache_key == cache_key
+                else None,
+                self.clock(),
+                int(report.get("bytesDone") or 0),
+            )
+            self._readings[key] = ProgressReading(cache_key, report, sample)
+        return progress_fields(stored, report, sample) != stored
