@@ -7,14 +7,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from kimik3_operator.api.constants import ConditionType, Reason
+
 Status = Literal["True", "False", "Unknown"]
 
 
 @dataclass(frozen=True)
 class Condition:
-    type: str
+    type: ConditionType
     status: Status
-    reason: str
+    reason: Reason  # a StrEnum, so a misspelt reason fails the type check
     message: str
 
 
@@ -28,7 +30,8 @@ def set_condition(
     generation: int,
     now: str,
 ) -> list[dict[str, Any]]:
-    """Conditions with ``new`` set; ``lastTransitionTime`` moves only when the status changes."""
+    """Conditions with ``new`` set; ``lastTransitionTime`` moves only when the status changes.
+    Type and reason are stored as plain strings: the status is JSON and YAML to its readers."""
     result: list[dict[str, Any]] = []
     replaced = False
     for existing in conditions:
@@ -39,9 +42,9 @@ def set_condition(
         changed = existing.get("status") != new.status
         result.append(
             {
-                "type": new.type,
+                "type": str(new.type),
                 "status": new.status,
-                "reason": new.reason,
+                "reason": str(new.reason),
                 "message": new.message,
                 "lastTransitionTime": now if changed else existing.get("lastTransitionTime", now),
                 "observedGeneration": generation,
@@ -50,9 +53,9 @@ def set_condition(
     if not replaced:
         result.append(
             {
-                "type": new.type,
+                "type": str(new.type),
                 "status": new.status,
-                "reason": new.reason,
+                "reason": str(new.reason),
                 "message": new.message,
                 "lastTransitionTime": now,
                 "observedGeneration": generation,

@@ -63,7 +63,7 @@ class Kube(Protocol):
     def get_from_server(
         self, api_version: str, kind: str, name: str, namespace: str | None = None
     ) -> Obj | None:
-        """From the API server itself: the watch store hold only what the operator labels,
+        """From the API server itself: the watch store holds only what the operator labels,
         so an object of someone else's with a child's name is invisible to ``get``."""
         ...
 

@@ -32,7 +32,7 @@ class GpuCounts:
 
 @dataclass(frozen=True)
 class Problem:
-    reason: str
+    reason: Reason
     message: str
 
 
@@ -40,7 +40,7 @@ class Problem:
 class Observation:
     ready_replicas: int
     conditions: tuple[Condition, ...]
-    summary_reason: str
+    summary_reason: Reason
     problems: tuple[Problem, ...] = field(default=())
 
 
@@ -355,7 +355,7 @@ def _gaps(gaps: Sequence[str], limit: int = 4) -> str:
     return "; " + "; ".join(gaps[:limit]) + more
 
 
-def blocked(reason: str, message: str) -> Observation:
+def blocked(reason: Reason, message: str) -> Observation:
     return Observation(
         0,
         (

@@ -12,7 +12,7 @@ from kimik3_operator.api.spec import KimiK3DeploymentSpec
 from kimik3_operator.builders.children import build_children
 from kimik3_operator.builders.command import serve_args
 from kimik3_operator.builders.common import Owner
-from kimik3_operator.builders.health_probes import startup_budget_seconds
+from kimik3_operator.builders.health_checks import startup_budget_seconds
 from kimik3_operator.builders.leaderworkerset import build_leader_worker_set
 from kimik3_operator.builders.podmonitor import build_pod_monitor
 from kimik3_operator.builders.service import build_service

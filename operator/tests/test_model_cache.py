@@ -13,7 +13,7 @@ from conftest import FakeKube, key_of, resource, spec_of
 from kimik3_operator.api.pairing import resolve_drafter
 from kimik3_operator.api.spec import SpecError, parse_spec
 from kimik3_operator.builders.common import Owner
-from kimik3_operator.builders.health_probes import startup_budget_seconds
+from kimik3_operator.builders.health_checks import startup_budget_seconds
 from kimik3_operator.builders.leaderworkerset import build_leader_worker_set
 from kimik3_operator.builders.model_cache import (
     HUB_CACHE,

@@ -5,6 +5,8 @@ from __future__ import annotations
 import ast
 import pathlib
 
+from mypy import api as mypy_api
+
 from kimik3_operator.api.constants import Reason
 
 PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "kimik3_operator"
@@ -34,6 +36,29 @@ def test_no_reason_is_written_as_a_string_literal() -> None:
 
 
 def test_reasons_are_camel_case_and_unique() -> None:
-    values = [v for k, v in vars(Reason).items() if k.isupper()]
-    assert len(values) == len(set(values))
-    assert all(v[0].isupper() and v.isalnum() for v in values)
+    # @unique on the enum refuses a repeated value at import; an alias would hide one.
+    assert len(Reason.__members__) == len(list(Reason))
+    assert all(r.value[0].isupper() and r.value.isalnum() for r in Reason)
+
+
+def test_the_type_check_refuses_a_reason_that_is_not_in_the_vocabulary() -> None:
+    snippet = (
+        "from kimik3_operator.api.constants import ConditionType, Reason\n"
+        "from kimik3_operator.conditions import Condition\n"
+        "Condition(ConditionType.DEGRADED, 'True', Reason.NAME_CONFLICT, 'fine')\n"
+        "Condition(ConditionType.DEGRADED, 'True', 'NameConflcit', 'misspelt')\n"
+    )
+    out, _, status = mypy_api.run(
+        [
+            "--config-file",
+            "",
+            "--strict",
+            "--no-incremental",
+            "--follow-imports=silent",
+            "-c",
+            snippet,
+        ]
+    )
+    assert status == 1, out
+    assert 'Argument 3 to "Condition" has incompatible type "str"; expected "Reason"' in out
+    assert out.count("error:") == 1, out

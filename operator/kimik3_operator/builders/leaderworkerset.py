@@ -18,7 +18,7 @@ from kimik3_operator.builders.common import (
     metadata,
     token_and_engine_env,
 )
-from kimik3_operator.builders.health_probes import KIMI_K3_WEIGHT_BYTES, leader_probes
+from kimik3_operator.builders.health_checks import KIMI_K3_WEIGHT_BYTES, leader_health_checks
 from kimik3_operator.builders.model_cache import CACHE_MOUNT, HUB_CACHE, cache_claim_name
 
 CONTAINER_NAME = "vllm"
@@ -115,7 +115,7 @@ def _pod_template(
         container["ports"] = [
             {"name": PORT_NAME, "containerPort": spec.service.port, "protocol": "TCP"}
         ]
-        container.update(leader_probes(spec, PORT_NAME, weight_bytes))
+        container.update(leader_health_checks(spec, PORT_NAME, weight_bytes))
     pod_spec: dict[str, Any] = hardened(
         {
             "containers": [container],

@@ -47,7 +47,7 @@ def build_event(body: Mapping[str, Any], condition: Condition, now: str) -> dict
             "uid": meta.get("uid", ""),
         },
         "type": event_type(condition),
-        "reason": condition.reason,
+        "reason": str(condition.reason),
         "message": redact(f"{condition.type}={condition.status}: {condition.message}")[:1024],
         "source": {"component": c.OPERATOR_NAME},
         "reportingComponent": c.OPERATOR_NAME,

@@ -60,7 +60,7 @@ def start(settings: kopf.OperatorSettings, **_: Any) -> None:
     MANAGERS.append(manager)
 
 
-NOT_READY = "the watch store have not all listed yet"
+NOT_READY = "the watches have not all listed yet"
 
 
 @kopf.on.probe(id="informers")

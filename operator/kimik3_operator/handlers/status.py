@@ -89,7 +89,7 @@ def desired_status(
     status: dict[str, Any] = {
         "observedGeneration": generation,
         "conditions": conditions,
-        "reason": observation.summary_reason,
+        "reason": str(observation.summary_reason),
     }
     if spec is not None:
         owner = Owner(meta["name"], meta["namespace"], meta.get("uid", ""))

@@ -16,7 +16,7 @@ Phase = Literal["Done", "Running", "Failed", "Missing"]
 @dataclass(frozen=True)
 class ProbeState:
     phase: Phase
-    reason: str
+    reason: Reason
     message: str
     report: dict[str, Any] | None = None
 

@@ -36,7 +36,7 @@ DRAFTER_ARCHITECTURE = {"dspark": "K3DSparkModel", "mtp": "KimiK3MTPModel"}
 class Finding:
     id: str
     status: FindingStatus
-    reason: str
+    reason: Reason
     message: str
     condition: str = CAPABILITIES
 

@@ -23,7 +23,7 @@ PROGRESS_FIELDS = ("bytesDone", "bytesPerSecond", "etaSeconds", "verifiedBytes",
 @dataclass(frozen=True)
 class CacheState:
     phase: CachePhase
-    reason: str
+    reason: Reason
     message: str
     key: str
     claim_name: str
@@ -86,7 +86,7 @@ def cache_state(
     # A cache recorded before claim uids were (no claimUID) is taken as this claim's.
     replaced = bool(recorded) and bool(claim_uid) and recorded != claim_uid
 
-    def state(phase: CachePhase, reason: str, message: str, **more: Any) -> CacheState:
+    def state(phase: CachePhase, reason: Reason, message: str, **more: Any) -> CacheState:
         return CacheState(
             phase,
             reason,

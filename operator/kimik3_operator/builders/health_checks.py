@@ -1,4 +1,5 @@
-"""Health probes of the leader, with a start-up budget derived from the weight size.
+"""The leader's health checks (the startup, readiness and liveness probes of its pod), with
+a start-up budget derived from the weight size.
 
 Start-up budget (seconds) = ENGINE_INIT_SECONDS
     + weight_bytes / nodes_per_replica / load_bytes_per_second_per_node
@@ -35,7 +36,7 @@ def _http_get(path: str, port: str) -> dict[str, Any]:
     return {"httpGet": {"path": path, "port": port}}
 
 
-def leader_probes(
+def leader_health_checks(
     spec: KimiK3DeploymentSpec, port_name: str, weight_bytes: int | None = None
 ) -> dict[str, Any]:
     budget = startup_budget_seconds(spec, weight_bytes)
