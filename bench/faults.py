@@ -18,6 +18,7 @@ asserts nothing.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import pathlib
 import signal
@@ -35,11 +36,21 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "operator"))
 
-from e2e.conftest import Cluster, OperatorProcess, create_test_namespace, tools_bin  # noqa: E402
+from e2e.conftest import (  # noqa: E402
+    Cluster,
+    OperatorProcess,
+    create_test_namespace,
+    service_account_kubeconfig,
+    tools_bin,
+)
 from kimik3_operator.kube import ApiKube, KubeError  # noqa: E402
 
 RUN = ROOT / "e2e" / ".run"
 KUBECONFIG = RUN / "kubeconfig"
+AUDIT = RUN / "kwok" / "clusters" / "kimik3-e2e" / "logs" / "audit.log"
+# The identity the cluster's audit policy records (e2e/cluster/up.sh).
+AUDITED_NS, AUDITED_ACCOUNT = "kimik3-bench", "kimik3-operator"
+AUDITED_USER = f"system:serviceaccount:{AUDITED_NS}:{AUDITED_ACCOUNT}"
 API = "serving.kimik3.io/v1alpha1"
 SMALL = {
     "replicas": 1,
@@ -112,28 +123,46 @@ def restart(argv: list[str], env: dict[str, str], cwd: str) -> None:
         subprocess.Popen(argv, env=env, cwd=cwd, stdout=log, stderr=log, start_new_session=True)
 
 
-def requests_since(log: pathlib.Path, offset: int) -> tuple[Counter[str], set[str]]:
-    """The LISTs (by collection) and the watched collections in the operator's --verbose
-    request log after ``offset`` bytes: a list pages with ``limit=``, a watch has ``watch=``."""
+def audited_requests(offset: int) -> tuple[Counter[str], set[str]]:
+    """The LISTs (by collection) and the watches the audited identity made after ``offset``
+    bytes of the API server's audit log: the server's own record, not the client's."""
     lists: Counter[str] = Counter()
     watches: set[str] = set()
-    with open(log, "rb") as f:
-        f.seek(offset)
-        for line in f.read().decode(errors="replace").splitlines():
-            if '"GET ' not in line:
+    with open(AUDIT, "rb") as log:
+        log.seek(offset)
+        for line in log:
+            event = json.loads(line)
+            if (event.get("user") or {}).get("username") != AUDITED_USER:
                 continue
-            path = line.split('"GET ', 1)[1].split(" ", 1)[0]
-            collection = path.split("?", 1)[0]
-            if "watch=true" in path:
+            if event.get("stage") != "ResponseStarted" and event.get("verb") == "watch":
+                continue  # a watch is counted once, when it starts
+            if event.get("stage") not in ("ResponseComplete", "ResponseStarted"):
+                continue
+            collection = str(event.get("requestURI", "")).split("?", 1)[0]
+            if event.get("verb") == "watch":
                 watches.add(collection)
-            elif "limit=" in path and "continue=" not in path:
+            elif event.get("verb") == "list" and "continue=" not in event.get("requestURI", ""):
                 lists[collection] += 1
     return lists, watches
 
 
+def audited_operator(cluster: Cluster, ns: str) -> OperatorProcess:
+    """The operator acting as the ServiceAccount the audit policy records."""
+    cluster.kubectl("create", "namespace", AUDITED_NS, check=False)
+    cluster.kubectl("create", "serviceaccount", AUDITED_ACCOUNT, "-n", AUDITED_NS, check=False)
+    cluster.kubectl(
+        "create", "clusterrolebinding", "kimik3-bench", "--clusterrole=cluster-admin",
+        f"--serviceaccount={AUDITED_NS}:{AUDITED_ACCOUNT}", check=False,
+    )  # fmt: skip
+    config = service_account_kubeconfig(
+        cluster, AUDITED_NS, AUDITED_ACCOUNT, RUN / "faults-sa.kubeconfig"
+    )
+    return OperatorProcess(cluster, ns, kubeconfig=config, label="-outage")
+
+
 def outage(cluster: Cluster, api: ApiKube, seconds: float) -> None:
     ns = create_test_namespace(cluster, "fault-outage")
-    operator = OperatorProcess(cluster, ns, label="-outage")
+    operator = audited_operator(cluster, ns)
     operator.start()
     try:
         deploy_available(api, ns)
@@ -141,7 +170,7 @@ def outage(cluster: Cluster, api: ApiKube, seconds: float) -> None:
         pid = operator.process.pid
         before = control_plane()
         apiserver, argv, env, cwd = before["kube-apiserver"]
-        offset = operator.log.stat().st_size
+        offset = AUDIT.stat().st_size
         os.kill(apiserver, signal.SIGKILL)  # SIGTERM drains watches for minutes
         down = time.monotonic()
         time.sleep(seconds)
@@ -167,11 +196,11 @@ def outage(cluster: Cluster, api: ApiKube, seconds: float) -> None:
             120,
         )
         time.sleep(10)  # let every informer come back
-        lists, watches = requests_since(operator.log, offset)
+        lists, watches = audited_requests(offset)
         print(
             f"after the outage: {sum(lists.values())} LIST requests for {len(watches)} watched "
-            f"collections (most for one: {max(lists.values(), default=0)}), from the operator's "
-            "request log"
+            f"collections (most for one: {max(lists.values(), default=0)}), from the API "
+            "server's audit log"
         )
         for collection, times in sorted(lists.items()):
             if times > 1:

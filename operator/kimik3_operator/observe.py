@@ -15,6 +15,7 @@ from kimik3_operator.api import constants as c
 from kimik3_operator.api.constants import ConditionType, Reason
 from kimik3_operator.api.spec import KimiK3DeploymentSpec
 from kimik3_operator.conditions import Condition
+from kimik3_operator.crashes import STARTUP_REASONS, startup_failures
 
 Obj = Mapping[str, Any]
 IMAGE_PULL_REASONS = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull")
@@ -145,6 +146,7 @@ def pod_problems(
             found.append(problem)
     order = [
         Reason.POD_OOM_KILLED,
+        *STARTUP_REASONS,
         Reason.POD_CRASH_LOOPING,
         Reason.IMAGE_PULL_FAILED,
         Reason.INSUFFICIENT_GPUS,
@@ -186,6 +188,13 @@ def _pod_problem(pod: Obj, spec: KimiK3DeploymentSpec, gpus: GpuCounts | None) -
                     "spec.resources.memory, or lower engine.maxModelLen or the batch size"
                 ),
             )
+    failures = [f for f in startup_failures([pod]) if f.quoted]
+    if failures:
+        # The container's own last lines say why it stopped: better than "crash-looping".
+        return Problem(failures[-1].reason, failures[-1].message)
+    for cs in status.get("containerStatuses", []) or []:
+        state = cs.get("state", {}) or {}
+        last = (cs.get("lastState", {}) or {}).get("terminated") or {}
         waiting = state.get("waiting") or {}
         reason = waiting.get("reason")
         if reason == "CrashLoopBackOff":

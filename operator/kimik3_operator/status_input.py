@@ -14,6 +14,7 @@ SHAPES: dict[str, type | tuple[type, ...]] = {
     "speculative": dict,
     "capabilities": dict,
     "startup": dict,
+    "startupFailures": dict,
     "reason": str,
     "observedGeneration": int,
     "replicas": int,

@@ -52,7 +52,8 @@ def test_two_node_group_for_tp16_on_8_gpu_nodes() -> None:
 def test_leader_and_worker_commands_differ_in_rank_and_headless() -> None:
     tmpl = lws_of(spec_of())["spec"]["leaderWorkerTemplate"]
     leader, worker = container(tmpl["leaderTemplate"]), container(tmpl["workerTemplate"])
-    assert leader["command"] == ["vllm", "serve"]
+    assert leader["command"][:2] == ["python3", "-c"]
+    assert leader["command"][3:] == ["vllm", "serve"], "vllm serve under the launcher"
     la, wa = leader["args"], worker["args"]
     assert la[0] == wa[0] == "moonshotai/Kimi-K3"
     assert flag(la, "--tensor-parallel-size") == "16"

@@ -17,6 +17,8 @@ PROBE_KEY_LABEL: Final = f"{GROUP}/probe-key"
 CACHE_KEY_LABEL: Final = f"{GROUP}/cache-key"
 # On the probe Job: the report its pod gave, kept once read (the pod may be collected).
 PROBE_REPORT_ANNOTATION: Final = f"{GROUP}/probe-report"
+# On a KimiK3Deployment: a new value un-parks it and gives it a fresh start-up failure budget.
+RETRY_ANNOTATION: Final = f"{GROUP}/retry"
 OPERATOR_NAME: Final = "kimik3-operator"
 # Releases before 0.2 ran kopf timers, which made kopf put this finalizer on every resource.
 LEGACY_KOPF_FINALIZER: Final = "kopf.zalando.org/KopfFinalizerMarker"
@@ -84,6 +86,15 @@ class Reason(StrEnum):
     NAME_CONFLICT = "NameConflict"
     RECONCILE_FAILED = "ReconcileFailed"
     STATUS_FIELD_IGNORED = "StatusFieldIgnored"
+    # A serving container that exited while starting, classified from its last lines
+    STARTUP_EAGLE3_UNSUPPORTED = "StartupEagle3Unsupported"
+    STARTUP_SPECULATIVE_UNSUPPORTED = "StartupSpeculativeUnsupported"
+    STARTUP_OUT_OF_MEMORY = "StartupOutOfMemory"
+    STARTUP_RENDEZVOUS_TIMEOUT = "StartupRendezvousTimeout"
+    STARTUP_MODEL_LOAD_FAILED = "StartupModelLoadFailed"
+    STARTUP_FAILED = "StartupFailed"
+    # The start-up failure budget spent: the LeaderWorkerSet is scaled to zero
+    PARKED_AFTER_STARTUP_FAILURES = "ParkedAfterStartupFailures"
     PREFLIGHT_FAILED = "PreflightFailed"
     WAITING_FOR_PREFLIGHT = "WaitingForPreflight"
     # Preflight (CapabilitiesVerified, DrafterPaired) and the image probe

@@ -173,6 +173,8 @@ class ServiceSpec:
 class RolloutSpec:
     max_surge: int | str = 0
     max_unavailable: int | str = 1
+    # Start-up failures one generation may have before the deployment is parked.
+    max_startup_failures: int = 3
 
 
 @dataclass(frozen=True)

@@ -114,6 +114,15 @@ def errors(spec: KimiK3DeploymentSpec) -> list[SpecError]:
             )
         elif isinstance(amount, int) and amount < 0:
             found.append(SpecError(f"spec.rollout.{name}", amount, "must not be negative"))
+    if not 1 <= spec.rollout.max_startup_failures <= 100:
+        found.append(
+            SpecError(
+                "spec.rollout.maxStartupFailures",
+                spec.rollout.max_startup_failures,
+                "must be between 1 and 100",
+                "3 parks a deployment after its third start-up failure",
+            )
+        )
     for path, text in _strings(spec, "spec"):
         if CONTROL.search(text):
             found.append(SpecError(path, text[:80], "contains a control character", "remove it"))

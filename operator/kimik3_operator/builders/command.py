@@ -10,6 +10,7 @@ from kimik3_operator.api.pairing import ResolvedDrafter
 from kimik3_operator.api.spec import KimiK3DeploymentSpec
 
 Role = Literal["leader", "worker"]
+SERVE = ("vllm", "serve")  # the command the arguments below are for
 MODEL_MOUNT = "/models"
 # Kubernetes expands $(VAR) in args from the container's env; LWS injects these.
 GROUP_SIZE = "$(LWS_GROUP_SIZE)"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from importlib import resources
 from math import ceil
 from typing import Any
 
@@ -10,7 +11,7 @@ from kimik3_operator.api import constants as c
 from kimik3_operator.api import names
 from kimik3_operator.api.pairing import ResolvedDrafter
 from kimik3_operator.api.spec import KimiK3DeploymentSpec
-from kimik3_operator.builders.command import MODEL_MOUNT, Role, serve_args
+from kimik3_operator.builders.command import MODEL_MOUNT, SERVE, Role, serve_args
 from kimik3_operator.builders.common import (
     Owner,
     hardened,
@@ -22,6 +23,15 @@ from kimik3_operator.builders.health_checks import KIMI_K3_WEIGHT_BYTES, leader_
 from kimik3_operator.builders.model_cache import CACHE_MOUNT, HUB_CACHE, cache_claim_name
 
 CONTAINER_NAME = "vllm"
+
+
+def serving_command() -> list[str]:
+    """``vllm serve`` under the launcher that writes its decisive lines to the termination
+    log when it fails (builders/launch_script.py), given inline: no ConfigMap to keep."""
+    script = resources.files("kimik3_operator.builders").joinpath("launch_script.py").read_text()
+    return ["python3", "-c", script, *SERVE]
+
+
 GIB = 2**30
 # vLLM's host process beside the shared memory: the API server, tokenizer, CUDA context,
 # pinned staging buffers. The default memory request is sharedMemory plus this.
@@ -105,11 +115,13 @@ def _pod_template(
     container: dict[str, Any] = {
         "name": CONTAINER_NAME,
         "image": spec.engine.image,
-        "command": ["vllm", "serve"],
+        "command": serving_command(),
         "args": serve_args(spec, drafter, role, speculative_override),
         "env": _env(spec),
         "resources": _resources(spec),
         "volumeMounts": _volume_mounts(spec),
+        # The last lines of a crash land in the pod's status, where the operator reads them.
+        "terminationMessagePolicy": "FallbackToLogsOnError",
     }
     if role == "leader":
         container["ports"] = [

@@ -35,6 +35,7 @@ from kimik3_operator.builders.preflight_job import (
     probe_key,
 )
 from kimik3_operator.conditions import Condition, changed, now_rfc3339
+from kimik3_operator.crashes import failure_budget, parked_message, startup_failures
 from kimik3_operator.handlers.drift import needs_apply
 from kimik3_operator.handlers.events import post_event
 from kimik3_operator.handlers.status import (
@@ -257,6 +258,9 @@ def _deploy(
     gate = _preflight(kube, spec, owner, body, result, clock)
     override = speculative_override(spec, context.test_config)
     lws_installed = _crd_exists(kube, c.LWS_CRD)
+    pods = _pods(kube, owner) if lws_installed else []
+    failures = _failure_budget(body, spec, pods)
+    parked = failures is not None and bool(failures.get("parked"))
     cache: CacheState | None = None
     if lws_installed and gate.deploy:
         pod_monitor_installed = _crd_exists(kube, c.PODMONITOR_CRD)
@@ -266,9 +270,10 @@ def _deploy(
         )
         cache = _model_cache(kube, spec, owner, body, result)
         children = build_children(
-            # No serving pod may start on a replaced, empty volume, not even one LWS recreates.
+            # No serving pod may start on a replaced, empty volume, not even one LWS recreates;
+            # a parked deployment frees its accelerators.
             dataclasses.replace(spec, replicas=0)
-            if cache is not None and cache.volume_replaced
+            if parked or (cache is not None and cache.volume_replaced)
             else spec,
             owner,
             pod_monitor_available=pod_monitor_installed,
@@ -294,7 +299,6 @@ def _deploy(
         if lws_installed
         else None
     )
-    pods = _pods(kube, owner) if lws_installed else []
     gone = frozenset(
         node
         for node in (p.get("spec", {}).get("nodeName") for p in pods)
@@ -307,14 +311,18 @@ def _deploy(
         if ledger is not None and wants_gpu_counts(pods, spec)
         else None
     )
-    observation = observe(
-        spec,
-        lws_crd_installed=lws_installed,
-        lws=lws,
-        pods=pods,
-        gpus=gpus,
-        name=owner.name,
-        gone_nodes=gone,
+    observation = (
+        blocked(Reason.PARKED_AFTER_STARTUP_FAILURES, parked_message(failures or {}))
+        if parked
+        else observe(
+            spec,
+            lws_crd_installed=lws_installed,
+            lws=lws,
+            pods=pods,
+            gpus=gpus,
+            name=owner.name,
+            gone_nodes=gone,
+        )
     )
     status = body.get("status") or {}
     numbers, speculation = speculation_update(spec, status, context.readings.acceptance)
@@ -333,8 +341,31 @@ def _deploy(
         override,
         context.readings,
         numbers,
+        failures,
     )
     return result
+
+
+def _failure_budget(
+    body: Mapping[str, Any], spec: KimiK3DeploymentSpec, pods: Sequence[Obj]
+) -> dict[str, Any] | None:
+    """status.startupFailures after counting the serving pods' start-up failures."""
+    serving = [
+        p
+        for p in pods
+        if ((p.get("metadata") or {}).get("labels") or {}).get(c.LABEL_COMPONENT)
+        in (c.COMPONENT_LEADER, c.COMPONENT_WORKER)
+    ]
+    meta = body["metadata"]
+    retry = (meta.get("annotations") or {}).get(c.RETRY_ANNOTATION, "")
+    stored = (body.get("status") or {}).get("startupFailures") or {}
+    return failure_budget(
+        stored,
+        startup_failures(serving),
+        generation=int(meta.get("generation", 0) or 0),
+        retry=str(retry)[:63],
+        budget=spec.rollout.max_startup_failures,
+    )
 
 
 def _preflight(
@@ -518,6 +549,7 @@ def _write_status(
     override: Mapping[str, Any] | None = None,
     readings: Readings | None = None,
     speculative_numbers: Mapping[str, object] | None = None,
+    startup_failures: Mapping[str, Any] | None = None,
 ) -> None:
     """``observation`` is final: every condition the status ends with."""
     meta = body["metadata"]
@@ -533,6 +565,7 @@ def _write_status(
         override,
         readings,
         speculative_numbers,
+        startup_failures,
     )
     metrics.record_conditions(meta["namespace"], meta["name"], observation.conditions)
     delta = status_delta(current, status)

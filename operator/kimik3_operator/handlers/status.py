@@ -77,6 +77,7 @@ def desired_status(
     speculative_override: Mapping[str, Any] | None = None,
     readings: Readings | None = None,
     speculative_numbers: Mapping[str, object] | None = None,
+    startup_failures: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """``observation`` is the final one (``final_observation``); ``speculative_numbers`` the
     acceptance reading's status.speculative, when it moved."""
@@ -116,6 +117,8 @@ def desired_status(
         )
     if startup is not None:
         status["startup"] = dict(startup)
+    if startup_failures is not None:
+        status["startupFailures"] = dict(startup_failures)
     if gate is not None:
         status["capabilities"] = _keep_checked_at(current.get("capabilities") or {}, gate.status)
     # The probe's errors and the messages quote the user's env (a mirror, a proxy).

@@ -63,7 +63,7 @@ def commands(spec: KimiK3DeploymentSpec) -> dict[str, list[str]]:
     out = {}
     for role, pod in roles.items():
         container = pod["spec"]["containers"][0]
-        assert container["command"] == ["vllm", "serve"]
+        assert container["command"][-2:] == ["vllm", "serve"]
         out[role] = [env.get(a, a) for a in container["args"]]
     return out
 
