@@ -1,5 +1,5 @@
-"""The controller's parts: the coalescing queue, the watch-fed store, event types, and the
-migration off kopf's finalizer."""
+"""The manager's parts: the coalescing queue, the watch-fed store, the readers' hand-off to
+the reconcile, event types, and the migration off kopf's finalizer."""
 
 from __future__ import annotations
 
@@ -332,3 +332,51 @@ def test_the_store_indexes_children_by_owner_and_pods_by_node() -> None:
     assert store.list("Pod", "llm", "app.kubernetes.io/instance=b") == []
     store.replace("Pod", "other", [])
     assert [p["metadata"]["namespace"] for p in store.pods_on_node("n1")] == ["llm", "llm"]
+
+
+class Reader:
+    """A reader that reports a change for one deployment and records what it was given."""
+
+    def __init__(self, changed: set[str]) -> None:
+        self.changed = changed
+        self.seen: list[str] = []
+        self.url_override = ""
+
+    def tick(self, kube: Any, body: dict[str, Any]) -> bool:
+        self.seen.append(body["metadata"]["name"])
+        return body["metadata"]["name"] in self.changed
+
+    def forget(self, namespace: str, name: str) -> None:
+        pass
+
+    def known(self) -> set[tuple[str, str]]:
+        return set()
+
+    def reading(self, key: tuple[str, str]) -> None:
+        return None
+
+
+def test_a_reading_that_would_change_the_status_enqueues_only_that_resource() -> None:
+    """The readers never write: the manager enqueues the resource, its reconcile writes."""
+    from kimik3_operator.config import Settings
+    from kimik3_operator.runtime.manager import Manager
+
+    api = FakeKube()
+    manager = Manager(
+        api=api,
+        api_client=None,
+        settings=Settings(gpu_inventory=False),
+        acceptance=Reader({"moved"}),  # type: ignore[arg-type]
+        progress=Reader(set()),  # type: ignore[arg-type]
+    )
+    manager.set_active(True)
+    while manager.queue.get(timeout=0) is not None:
+        pass
+    for name in ("moved", "still"):
+        manager.store.upsert("KimiK3Deployment", resource(name))
+        manager._scrape_one(("llm", name))
+    assert api.writes == []
+    manager.queue.delay = 0.0
+    queued = {manager.queue.get(timeout=1)}
+    assert queued == {("llm", "moved")}
+    assert manager.queue.get(timeout=0.2) is None
