@@ -156,7 +156,7 @@ def test_gpu_resources_shm_and_placement() -> None:
         c = container(pod)
         want = {"nvidia.com/gpu": 8, "cpu": "32", "memory": "512Gi"}
         # Each pod downloads the weights itself here: its disk is asked for.
-        asked = {**want, "ephemeral-storage": "1700000000000"}
+        asked = {**want, "ephemeral-storage": "1700G"}
         assert c["resources"] == {"requests": asked, "limits": want}
         assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "32Gi"}} in (
             pod["spec"]["volumes"]
@@ -341,3 +341,16 @@ def test_a_serving_pod_gets_back_only_the_capabilities_asked_for() -> None:
     for role in ("leaderTemplate", "workerTemplate"):
         c = container(lws["spec"]["leaderWorkerTemplate"][role])
         assert c["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["IPC_LOCK"]}
+
+
+def test_quantities_are_written_as_the_api_server_writes_them_back() -> None:
+    """A quantity in another form than the stored one reads as a change at every resync
+    (measured: 1700000000000 came back as 1700G, and every LeaderWorkerSet was applied
+    again every 30 s)."""
+    from kimik3_operator.builders.leaderworkerset import decimal_quantity
+
+    assert decimal_quantity(1_700_000_000_000) == "1700G"
+    assert decimal_quantity(2 * 10**12) == "2T"
+    assert decimal_quantity(3000) == "3k"
+    assert decimal_quantity(1234) == "1234"
+    assert decimal_quantity(0) == "0"

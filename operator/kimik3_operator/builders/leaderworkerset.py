@@ -175,9 +175,19 @@ def _resources(spec: KimiK3DeploymentSpec) -> dict[str, Any]:
         # only, so page cache from reading the weights is never an OOM kill.
         requests["memory"] = default_memory_request(spec.resources.shared_memory)
     if spec.model.cache is None and spec.model.source.pvc is None:
-        # Each pod downloads every weight into its own emptyDir.
-        requests["ephemeral-storage"] = str(KIMI_K3_WEIGHT_BYTES)
+        # Each pod downloads every weight into its own emptyDir. In the API server's canonical
+        # form ("1700G", not "1700000000000"): the stored object then matches what is built,
+        # and an unchanged spec is not applied again at every resync.
+        requests["ephemeral-storage"] = decimal_quantity(KIMI_K3_WEIGHT_BYTES)
     return {"requests": requests, "limits": dict(amounts)}
+
+
+def decimal_quantity(amount: int) -> str:
+    """A byte count as Kubernetes writes it back: the largest decimal suffix that divides it."""
+    for suffix, power in (("E", 18), ("P", 15), ("T", 12), ("G", 9), ("M", 6), ("k", 3)):
+        if amount and amount % 10**power == 0:
+            return f"{amount // 10**power}{suffix}"
+    return str(amount)
 
 
 def default_memory_request(shared_memory: str) -> str:
