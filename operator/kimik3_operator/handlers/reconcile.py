@@ -571,6 +571,7 @@ def _write_status(
     delta = status_delta(current, status)
     if not delta:
         return
+    log.debug("%s/%s: status fields changed: %s", meta["namespace"], meta["name"], sorted(delta))
     kube.patch_status(c.API_VERSION, c.KIND, meta["name"], meta["namespace"], delta)
     result.status_written = True
     old_conditions = current.get("conditions", []) or []

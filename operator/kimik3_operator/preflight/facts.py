@@ -19,6 +19,8 @@ class TargetFacts:
     vocab_size: int = KIMI_K3_VOCAB
     hidden_layers: int | None = None
     source: str = "Kimi-K3 defaults"
+    # The classes its config.json declares: what vLLM will instantiate.
+    architectures: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,11 @@ def target_facts(config: Mapping[str, Any] | None, source: str = "config.json") 
         vocab_size=_int(text.get("vocab_size")) or _int(config.get("vocab_size")) or KIMI_K3_VOCAB,
         hidden_layers=_int(text.get("num_hidden_layers")),
         source=source,
+        architectures=tuple(
+            str(a) for a in (config.get("architectures") or []) if isinstance(a, str)
+        )
+        if isinstance(config.get("architectures"), list)
+        else (),
     )
 
 

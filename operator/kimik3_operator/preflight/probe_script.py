@@ -25,7 +25,13 @@ TEXT_ARCHITECTURE = "KimiLinearForCausalLM"
 DSPARK_PP_REFUSAL = "DSpark does not support pipeline parallelism"
 DSPARK_DCP_REFUSAL = "MLA DSpark does not currently support decode context"
 AUX_PP_CHECK = "def verify_supports_aux_hidden_states_over_pp"
-TARGET_CONFIG_KEYS = ("num_attention_heads", "num_experts", "vocab_size", "num_hidden_layers")
+TARGET_CONFIG_KEYS = (
+    "architectures",
+    "num_attention_heads",
+    "num_experts",
+    "vocab_size",
+    "num_hidden_layers",
+)
 DRAFTER_CONFIG_KEYS = (
     "architectures",
     "model_type",
@@ -122,6 +128,23 @@ def probe_architectures(root: pathlib.Path, platform: str, wanted: list[str]) ->
         if arch != TEXT_ARCHITECTURE and text_file is not None:
             text_cls = getattr(importlib.import_module(_dotted(text_file)), TEXT_ARCHITECTURE)
         answers[arch] = _class_capabilities(cls, text_cls)
+    return answers
+
+
+def probe_declared_classes(architectures: list[str]) -> dict[str, Any]:
+    """The capabilities of the classes a checkpoint's config.json names, whatever they are:
+    vLLM instantiates the class the checkpoint declares, not the one the spec expects."""
+    from vllm.model_executor.models.registry import ModelRegistry
+
+    answers: dict[str, Any] = {}
+    for arch in architectures:
+        entry = ModelRegistry.models.get(arch)
+        module = getattr(entry, "module_name", None)
+        if entry is None or module is None:
+            answers[arch] = {"registered": False}
+            continue
+        cls = getattr(importlib.import_module(str(module)), entry.class_name)
+        answers[arch] = {**_class_capabilities(cls, None), "registered": True}
     return answers
 
 
@@ -299,6 +322,9 @@ def probe(request: dict[str, Any]) -> dict[str, Any]:
         except Exception as exc:  # a missing config is reported, not fatal
             dirs[key] = None
             report["errors"].append(f"{key} config.json: {type(exc).__name__}: {exc}"[:300])
+    declared = (report.get("targetConfig") or {}).get("architectures") or []
+    unknown = [str(a) for a in declared if str(a) not in report["architectures"]]
+    report["architectures"].update(probe_declared_classes(unknown))
     report["speculative"] = check_speculative(request, dirs["target"], dirs["drafter"])
     report["serve"] = check_serve(request.get("serve") or {})
     return report

@@ -16,7 +16,7 @@ from kimik3_operator.api.pairing import (
     TARGET_MODEL_TYPE,
     ResolvedDrafter,
 )
-from kimik3_operator.api.spec import EAGLE3_FAMILY, KimiK3DeploymentSpec
+from kimik3_operator.api.spec import EAGLE3_FAMILY, TARGET_ARCHITECTURES, KimiK3DeploymentSpec
 from kimik3_operator.preflight.drafter_methods import judge, methods_that_load
 from kimik3_operator.preflight.facts import DrafterFacts, TargetFacts
 from kimik3_operator.preflight.table import (
@@ -74,14 +74,22 @@ class Context:
 
     @property
     def architecture(self) -> str:
+        """The class vLLM will instantiate: the one the checkpoint's config.json declares,
+        where the probe read it; else the spec's."""
+        declared = self.facts.target.architectures
+        if self.facts.probed is not None and declared:
+            return declared[0]
         return self.spec.model.architecture
 
     def target_caps(self) -> dict[str, Any] | None:
+        return self.caps_of(self.architecture)
+
+    def caps_of(self, architecture: str) -> dict[str, Any] | None:
         if self.facts.probed is not None:
-            return self.facts.probed.get(self.architecture)
+            return self.facts.probed.get(architecture)
         if self.version is None:
             return None
-        return self.facts.table.target(self.version, self.architecture, self.platform)
+        return self.facts.table.target(self.version, architecture, self.platform)
 
     def release(self) -> dict[str, Any] | None:
         if self.facts.probed_release is not None:
@@ -160,18 +168,18 @@ def check_version(ctx: Context) -> Iterable[Finding]:
 def check_architecture(ctx: Context) -> Iterable[Finding]:
     if not ctx.known():
         return
-    if ctx.target_caps() is not None:
+    declared = ctx.spec.model.architecture
+    caps = ctx.caps_of(declared)
+    if caps is not None and caps.get("registered") is None:
         yield Finding(
             "architecture",
             "Pass",
             Reason.ARCHITECTURE_REGISTERED,
-            f"{ctx.architecture} serves Kimi-K3 on {ctx.platform}",
+            f"{declared} serves Kimi-K3 on {ctx.platform}",
         )
         return
     table = ctx.facts.table
-    first = table.first_release_where(
-        lambda v: table.target(v, ctx.architecture, ctx.platform) is not None
-    )
+    first = table.first_release_where(lambda v: table.target(v, declared, ctx.platform) is not None)
     fix = (
         f"{_image_fix(first)}, or choose another spec.model.architecture"
         if first
@@ -182,7 +190,7 @@ def check_architecture(ctx: Context) -> Iterable[Finding]:
         "Fail",
         Reason.ARCHITECTURE_NOT_REGISTERED,
         (
-            f"spec.model.architecture={ctx.architecture!r} is not registered for Kimi-K3 on "
+            f"spec.model.architecture={declared!r} is not registered for Kimi-K3 on "
             f"{ctx.platform} in {_release_name(ctx)}; {fix}"
         ),
     )
@@ -194,12 +202,47 @@ def _release_name(ctx: Context) -> str:
     return f"vLLM {format_version(ctx.version)}" if ctx.version else "this release"
 
 
+def check_checkpoint_class(ctx: Context) -> Iterable[Finding]:
+    """vLLM instantiates the class the checkpoint's config.json declares."""
+    declared = ctx.spec.model.architecture
+    if ctx.architecture == declared:
+        return
+    registered = (ctx.target_caps() or {}).get("registered", True)
+    yield Finding(
+        "checkpoint-class",
+        "Fail",
+        Reason.TARGET_ARCHITECTURE_MISMATCH,
+        (
+            f"the checkpoint's config.json ({ctx.facts.target.source}) declares "
+            f"{ctx.architecture}, not spec.model.architecture={declared!r}: vLLM instantiates "
+            f"the class the checkpoint declares"
+            + ("" if registered else f", and {_release_name(ctx)} has no {ctx.architecture}")
+            + "; point spec.model at a Kimi-K3 checkpoint, or set spec.model.architecture to "
+            "the class it declares"
+        ),
+    )
+
+
 def check_eagle3(ctx: Context) -> Iterable[Finding]:
     method = ctx.spec.drafter.method
     caps = ctx.target_caps()
-    if method not in EAGLE3_FAMILY or caps is None:
+    if method not in EAGLE3_FAMILY or caps is None or caps.get("registered") is False:
         return
     where = f"{ctx.architecture} on {ctx.platform} in {_release_name(ctx)}"
+    if not caps.get("supportsEagle3") and ctx.architecture not in TARGET_ARCHITECTURES:
+        # The checkpoint declares a class other than Kimi-K3's (TargetArchitectureMismatch).
+        yield Finding(
+            "target-eagle3",
+            "Fail",
+            Reason.TARGET_LACKS_EAGLE3,
+            (
+                f"spec.drafter.method={method!r} needs a target that declares SupportsEagle3, "
+                f"and {where} does not: vLLM would load every weight and then fail with "
+                "'Model does not support EAGLE3 interface'; set spec.drafter.method to mtp or "
+                "none, or serve a checkpoint whose class declares SupportsEagle3"
+            ),
+        )
+        return
     if not caps.get("supportsEagle3"):
         table = ctx.facts.table
         fixed = table.first_release_where(
@@ -702,6 +745,7 @@ RULES: tuple[Rule, ...] = (
     check_version,
     check_architecture,
     check_eagle3,
+    check_checkpoint_class,
     check_pipeline,
     check_decode_context,
     check_heads,
