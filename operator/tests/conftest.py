@@ -136,7 +136,7 @@ class FakeKube:
     ) -> Obj:
         self.writes.append(("patch_status", kind, name))
         obj = self.objects[(api_version, kind, namespace, name)]
-        obj.setdefault("status", {}).update(copy.deepcopy(dict(status)))
+        obj["status"] = merge_patch(obj.get("status") or {}, copy.deepcopy(dict(status)))
         return obj
 
     def patch(
@@ -164,6 +164,20 @@ class FakeKube:
 @pytest.fixture
 def kube() -> FakeKube:
     return FakeKube()
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386, as the API server applies a merge patch: objects merge key by key, null
+    removes a key, anything else (lists included) replaces."""
+    if not isinstance(patch, Mapping):
+        return patch
+    merged = dict(target) if isinstance(target, Mapping) else {}
+    for key, value in patch.items():
+        if value is None:
+            merged.pop(key, None)
+        else:
+            merged[key] = merge_patch(merged.get(key), value)
+    return merged
 
 
 def key_of(body: Mapping[str, Any] | None) -> tuple[str, str]:

@@ -174,3 +174,30 @@ def test_the_old_annotation_does_nothing(kube: FakeKube) -> None:
     lws = kube.get("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", "k3", "llm")
     args = lws["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]["containers"][0]["args"]
     assert json.loads(args[args.index("--speculative-config") + 1])["method"] == "dspark"
+
+
+def test_the_status_patch_removes_what_a_field_no_longer_has() -> None:
+    """A merge patch keeps a nested key it does not name: the status delta names dropped keys
+    with null, and leaves out nulls the server would not store. Without it the stored
+    startup kept its slowestPod once Ready, differed for ever, and bench/scale.py measured
+    every resource written again at every resync."""
+    from conftest import merge_patch
+    from kimik3_operator.handlers.status import status_delta
+
+    current = {
+        "startup": {"phase": "LoadingWeights", "message": "1 of 2", "slowestPod": "k3-0-1"},
+        "capabilities": {"probe": {"report": {"vllmVersion": "0.33.0"}}},
+        "reason": "GroupsStarting",
+    }
+    desired = {
+        "startup": {"phase": "Ready", "message": "1 of 1 groups ready"},
+        "capabilities": {"probe": {"report": {"vllmVersion": "0.33.0", "speculative": None}}},
+        "reason": "GroupsStarting",
+    }
+    delta = status_delta(current, desired)
+    assert delta == {
+        "startup": {"phase": "Ready", "message": "1 of 1 groups ready", "slowestPod": None}
+    }
+    stored = merge_patch(current, delta)
+    assert stored["startup"] == desired["startup"]
+    assert status_delta(stored, desired) == {}, "the next reconcile writes nothing"

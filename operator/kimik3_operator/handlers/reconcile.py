@@ -174,9 +174,16 @@ def _ignore_malformed_status(
     """Status fields of the wrong type are read as absent, removed, and named in a Warning
     event; the reconcile goes on and writes what it knows."""
     meta = body["metadata"]
-    top = {path.split(".")[1].split("[")[0] for path in dropped if path.count(".") == 1}
-    if top:
-        removal: dict[str, Any] = {key: None for key in top}
+    removal: dict[str, Any] = {}
+    for path in dropped:
+        parts = path.split(".")[1:]
+        if not parts or "[" in path:
+            continue  # the whole status, or list items: the list is written whole anyway
+        if len(parts) == 1:
+            removal[parts[0]] = None
+        elif isinstance(removal.setdefault(parts[0], {}), dict):
+            removal[parts[0]][parts[1]] = None  # a merge patch removes a key named with null
+    if removal:
         kube.patch_status(c.API_VERSION, c.KIND, meta["name"], meta["namespace"], removal)
     message = (
         f"ignored {', '.join(dropped)}: not of the type the operator writes; the operator "

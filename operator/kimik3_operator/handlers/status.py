@@ -170,5 +170,26 @@ def _speculative(
 
 
 def status_delta(current: Mapping[str, Any], desired: Mapping[str, Any]) -> dict[str, Any]:
-    """Top-level status fields whose value differs (a merge patch replaces each whole)."""
-    return {k: v for k, v in desired.items() if current.get(k) != v}
+    """The merge patch that turns the stored status into ``desired`` for the top-level fields
+    it sets: only the fields that differ, and within an object the keys that differ. A merge
+    patch keeps a nested key it does not name, so a key to drop is named with null (else
+    the stored object keeps it, differs for ever, and every resync writes again)."""
+    wanted = _without_nulls(desired)
+    return {k: _merge_patch(current.get(k), v) for k, v in wanted.items() if current.get(k) != v}
+
+
+def _without_nulls(value: Any) -> Any:
+    """What the API server stores of a merge patch: a null in an object removes the key."""
+    if isinstance(value, Mapping):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+    return value
+
+
+def _merge_patch(current: Any, desired: Any) -> Any:
+    if not isinstance(current, Mapping) or not isinstance(desired, Mapping):
+        return desired
+    patch: dict[str, Any] = {k: None for k in current if k not in desired}
+    for key, value in desired.items():
+        if current.get(key) != value:
+            patch[key] = _merge_patch(current.get(key), value)
+    return patch
