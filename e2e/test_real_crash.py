@@ -89,6 +89,7 @@ def gemma_spec(node: RealNode) -> dict[str, Any]:
 class Refused:
     seconds: float
     capabilities: dict[str, Any]
+    report: dict[str, Any]
 
 
 def refused_by_the_probe(
@@ -121,10 +122,12 @@ def refused_by_the_probe(
             refused, 600, "the probe's refusal", lambda: describe(cluster, "k3", namespace)
         )
         seconds = time.monotonic() - started
+        body = cluster.get("kk3d", "k3", namespace) or {}
+        report = body["status"]["capabilities"].get("probe", {}).get("report", {})
         serving = cluster.items("pod", namespace, "app.kubernetes.io/component=leader")
         assert serving == [], "no serving pod was created"
         assert cluster.get("leaderworkerset", "k3", namespace) is None
-        return Refused(seconds, verdict)
+        return Refused(seconds, verdict, report)
     finally:
         operator.stop()
         hub.stop()
@@ -181,6 +184,7 @@ def crashed_and_parked(cluster: Cluster, namespace: str, node: RealNode) -> Cras
 
         body = wait_for(parked, 420, "parked after the second failure", explain)
         to_parked = time.monotonic() - started
+        failures = body["status"]["startupFailures"]
         lws = cluster.get("leaderworkerset", "k3", namespace) or {}
         assert lws["spec"]["replicas"] == 0
         wait_for(
@@ -203,6 +207,7 @@ def test_the_seed_crash_is_refused_by_the_probe_in_the_exact_image(
     head = (gemma_and_head / "head" / "config.json").read_bytes()
     refused = refused_by_the_probe(cluster, namespace, node, head)
     print(f"apply to the probe's refusal: {refused.seconds:.0f}s: {refused.capabilities}")
+    print(f"the probe's report: {refused.report}")
     assert refused.capabilities["reason"] == "TargetLacksEagle3"
     message = refused.capabilities["message"]
     assert "GemmaForCausalLM" in message and "'eagle3'" in message and "0.32.0" in message
@@ -215,6 +220,7 @@ def test_the_seed_crash_is_named_from_its_own_lines_and_parked(
     node = start_real_node(cluster.env)
     crashed = crashed_and_parked(cluster, namespace, node)
     print(f"the termination message the launcher wrote:\n{crashed.termination_message}")
+    print(f"status.startupFailures: {crashed.failures}")
     print(
         f"apply to the first named start-up failure {crashed.first_failure_seconds:.0f}s, to "
         f"parked {crashed.parked_seconds:.0f}s, to the pod gone {crashed.freed_seconds:.0f}s"

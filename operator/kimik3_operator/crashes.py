@@ -34,9 +34,9 @@ PATTERNS: tuple[Pattern, ...] = (
         ("does not support eagle3 interface",),
         "the target model's class in this vLLM does not declare SupportsEagle3, so an "
         "EAGLE3-family drafter (dspark, eagle3, dflash) cannot run on it",
-        "choose a drafter method the class supports (spec.drafter.method: mtp, draft_model "
-        "or none), or a vLLM image whose class supports EAGLE3; with spec.preflight.mode: "
-        "Enforce the image probe refuses this before any serving pod starts",
+        "choose a drafter method the class supports (spec.drafter.method: mtp or none), or a "
+        "vLLM image whose class supports EAGLE3; with spec.preflight.mode: Enforce the image "
+        "probe refuses this before any serving pod starts",
     ),
     Pattern(
         Reason.STARTUP_SPECULATIVE_UNSUPPORTED,
@@ -79,6 +79,8 @@ PATTERNS: tuple[Pattern, ...] = (
         "check spec.model.repo, spec.model.revision and the weights in the cache or volume",
     ),
 )
+# Exit codes of a container that was stopped, not one that failed: 0, and SIGTERM's 143.
+STOPPED = (0, 143)
 STARTUP_REASONS: tuple[Reason, ...] = (*(p.reason for p in PATTERNS), Reason.STARTUP_FAILED)
 ERROR_LINE = re.compile(r"^\s*[\w.]*(Error|Exception|Exit)\b.*:")
 
@@ -152,12 +154,16 @@ def startup_failures(pods: Sequence[Mapping[str, Any]]) -> list[StartupFailure]:
             isinstance(c, Mapping) and c.get("type") == "Ready" and c.get("status") == "True"
             for c in status.get("conditions") or []
         )
-        if ready:
-            continue
+        if ready or meta.get("deletionTimestamp"):
+            continue  # a pod being deleted is stopped, not failing (LWS recreates its group)
         for container, terminated in _terminated_runs(status):
             code = terminated.get("exitCode")
-            if not isinstance(code, int) or code == 0 or terminated.get("reason") == "OOMKilled":
-                continue  # a clean exit, or the kernel's OOM kill (PodOOMKilled says that)
+            if (
+                not isinstance(code, int)
+                or code in STOPPED
+                or terminated.get("reason") == "OOMKilled"
+            ):
+                continue  # a clean exit, a stop on request, or the kernel's OOM kill
             message = terminated.get("message")
             text = message if isinstance(message, str) else ""
             reason, line, what, fix = classify(text)

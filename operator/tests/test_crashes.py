@@ -265,3 +265,13 @@ def test_the_launcher_passes_sigterm_on_and_writes_nothing_after_a_clean_exit(
     assert child.wait(timeout=30) == 0
     assert time.monotonic() - started < 10, "vLLM got the SIGTERM"
     assert not (tmp_path / "termination-log").exists()
+
+
+def test_a_container_stopped_with_its_pod_is_not_a_failure() -> None:
+    """Measured on the real node: LWS deletes the group after the crash, and the restarted
+    container exits 143 on the SIGTERM; that stop is not a second start-up failure."""
+    stopped = pod("a", exit_code=143, finished="2026-12-03T00:01:02Z")
+    assert startup_failures([stopped]) == []
+    deleting = pod("a")
+    deleting["metadata"]["deletionTimestamp"] = "2026-12-03T00:01:01Z"
+    assert startup_failures([deleting]) == []

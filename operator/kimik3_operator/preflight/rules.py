@@ -636,6 +636,8 @@ def check_serve_args(ctx: Context) -> Iterable[Finding]:
     if ctx.facts.probed is None:
         return
     serve = (ctx.release() or {}).get("serve") or {}
+    # A role the probe could not parse (no parser found in the image) has no verdict.
+    serve = {role: a for role, a in serve.items() if not (a or {}).get("skipped")}
     if not serve:
         return
     for role in sorted(serve):
