@@ -275,6 +275,7 @@ def test_the_probe_judges_the_class_the_checkpoint_declares() -> None:
     condition = capabilities_condition(findings, "Probe")
     assert (condition.status, condition.reason) == ("False", "TargetLacksEagle3")
     assert "GemmaForCausalLM" in condition.message and "'eagle3'" in condition.message
+    assert "(vLLM 0.33.0)" in condition.message, "the release the probe found is named"
     assert "set spec.drafter.method to mtp or none" in condition.message
 
     report["targetConfig"]["architectures"] = ["KimiK3ForConditionalGeneration"]

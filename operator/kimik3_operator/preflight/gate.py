@@ -42,7 +42,14 @@ class Gate:
 def probed_facts(table: CapabilityTable, report: Mapping[str, Any]) -> Facts:
     release = {
         key: report.get(key)
-        for key in ("dspark", "drafters", "checksAuxHiddenStatesOverPP", "speculative", "serve")
+        for key in (
+            "dspark",
+            "drafters",
+            "checksAuxHiddenStatesOverPP",
+            "speculative",
+            "serve",
+            "vllmVersion",
+        )
     }
     return Facts(
         table,

@@ -198,7 +198,9 @@ def check_architecture(ctx: Context) -> Iterable[Finding]:
 
 def _release_name(ctx: Context) -> str:
     if ctx.facts.probed is not None:
-        return f"the image {ctx.spec.engine.image}"
+        version = (ctx.facts.probed_release or {}).get("vllmVersion")
+        named = f" (vLLM {str(version)[:40]})" if isinstance(version, str) and version else ""
+        return f"the image {ctx.spec.engine.image}{named}"
     return f"vLLM {format_version(ctx.version)}" if ctx.version else "this release"
 
 
