@@ -54,20 +54,28 @@ def play(namespace: str, timeout: float = 60) -> str:
     return name
 
 
+def terminated_status(
+    pod: dict[str, Any], terminated: dict[str, Any], message: str
+) -> dict[str, Any]:
+    """The status of the pod's first container, terminated as ``terminated`` says, with
+    ``message`` as its termination message."""
+    container = pod["spec"]["containers"][0]
+    return {
+        "name": container["name"],
+        "image": container["image"],
+        "imageID": "",
+        "ready": False,
+        "restartCount": 0,
+        "state": {"terminated": {**terminated, "message": message}},
+    }
+
+
 def terminated_patch(pod: dict[str, Any], message: str) -> list[str]:
     """kubectl arguments that mark the pod's container Completed with ``message`` as its
     termination message, as the kubelet would write it."""
-    container = pod["spec"]["containers"][0]
     status = {
         "containerStatuses": [
-            {
-                "name": container["name"],
-                "image": container["image"],
-                "imageID": "",
-                "ready": False,
-                "restartCount": 0,
-                "state": {"terminated": {"exitCode": 0, "reason": "Completed", "message": message}},
-            }
+            terminated_status(pod, {"exitCode": 0, "reason": "Completed"}, message)
         ]
     }
     return [

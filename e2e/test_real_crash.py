@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import json
 import pathlib
-import shutil
-import subprocess
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -29,11 +27,10 @@ from typing import Any
 
 import pytest
 
-from e2e.conftest import ROOT, RUN, Cluster, OperatorProcess, condition, describe, kimi, wait_for
+from e2e.conftest import Cluster, OperatorProcess, condition, describe, kimi, wait_for
 from e2e.fake_hub import FakeHub
 from e2e.real_node import RealNode, start_real_node
-from e2e.test_model_cache import cache_volume
-from e2e.test_real_serving import _serving_spec, vllm_cpu_python
+from e2e.test_real_serving import _serving_spec, forget_model_volume, model_volume
 
 HEAD_REPO = "tiny/eagle3-head"
 SERVED_HEAD = {"method": "eagle3", "model": "/models/head", "num_speculative_tokens": 3}
@@ -41,33 +38,11 @@ SERVED_HEAD = {"method": "eagle3", "model": "/models/head", "num_speculative_tok
 
 def make_gemma_and_head(cluster: Cluster, namespace: str) -> pathlib.Path:
     """The tiny Gemma and the EAGLE3 head on a volume the namespace's claim binds to."""
-    volume = RUN / "volumes" / namespace
-    python = vllm_cpu_python()
-    for kind, where in (("gemma", "gemma"), ("eagle3-head", "head")):
-        subprocess.run(
-            [python, str(ROOT / "e2e" / "tiny_model.py"), str(volume / where), kind],
-            check=True,
-            capture_output=True,
-        )
-    cache_volume(cluster, namespace, "tiny-model", volume)
-    claim = {
-        "apiVersion": "v1",
-        "kind": "PersistentVolumeClaim",
-        "metadata": {"name": "tiny-model"},
-        "spec": {
-            "accessModes": ["ReadWriteMany"],
-            "storageClassName": "",
-            "volumeName": f"cache-{namespace}",
-            "resources": {"requests": {"storage": "1Gi"}},
-        },
-    }
-    cluster.apply(claim, namespace)
-    return volume
+    return model_volume(cluster, namespace, {"gemma": "gemma", "head": "eagle3-head"})
 
 
 def forget_volume(cluster: Cluster, namespace: str, volume: pathlib.Path) -> None:
-    cluster.kubectl("delete", "pv", f"cache-{namespace}", "--wait=false", check=False)
-    shutil.rmtree(volume, ignore_errors=True)
+    forget_model_volume(cluster, namespace, volume)
 
 
 @pytest.fixture

