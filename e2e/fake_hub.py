@@ -9,9 +9,12 @@ from __future__ import annotations
 import hashlib
 import http.server
 import json
+import os
+import pathlib
 import re
 import threading
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote, urlparse
@@ -19,20 +22,39 @@ from urllib.parse import unquote, urlparse
 CHUNK = 64 * 1024
 
 
-@dataclass(frozen=True)
 class HubFile:
-    name: str
-    data: bytes
-    lfs: bool
+    """A file of a repository: bytes in memory, or a file on disk for the large ones."""
+
+    def __init__(self, name: str, data: bytes, lfs: bool, path: str = "") -> None:
+        self.name, self.lfs, self.path = name, lfs, path
+        self._data = data
+        self.size = os.path.getsize(path) if path else len(data)
+        sha256 = hashlib.sha256()
+        blob = hashlib.sha1(f"blob {self.size}\0".encode())
+        for piece in self.pieces(0, self.size):
+            sha256.update(piece)
+            blob.update(piece)
+        self.sha256, self.blob_id = sha256.hexdigest(), blob.hexdigest()
 
     @property
-    def sha256(self) -> str:
-        return hashlib.sha256(self.data).hexdigest()
+    def data(self) -> bytes:
+        if self.path:
+            return pathlib.Path(self.path).read_bytes()
+        return self._data
 
-    @property
-    def blob_id(self) -> str:
-        header = f"blob {len(self.data)}\0".encode()
-        return hashlib.sha1(header + self.data).hexdigest()
+    def pieces(self, start: int, end: int) -> Iterator[bytes]:
+        if not self.path:
+            for offset in range(start, end, CHUNK):
+                yield self._data[offset : min(end, offset + CHUNK)]
+            return
+        with open(self.path, "rb") as handle:
+            handle.seek(start)
+            while start < end:
+                piece = handle.read(min(16 * CHUNK, end - start))
+                if not piece:
+                    return
+                start += len(piece)
+                yield piece
 
     @property
     def etag(self) -> str:
@@ -50,10 +72,20 @@ class HubRepo:
 class FakeHub:
     host: str = "127.0.0.1"
     port: int = 0
-    bytes_per_second: float = 0.0  # 0: as fast as it goes
+    bytes_per_second: float = 0.0  # per connection (a CDN's cap); 0: as fast as it goes
     repos: dict[str, HubRepo] = field(default_factory=dict)
     served: list[tuple[str, int, int]] = field(default_factory=list)  # (file, start, bytes)
     requested: list[str] = field(default_factory=list)  # every path asked for
+    # Every request's (path, Authorization header or None).
+    authorizations: list[tuple[str, str | None]] = field(default_factory=list)
+    # A hostile Hub, per file name: bytes sent beyond the listed size; an answer that never
+    # ends; a redirect of every download to another server (base URL).
+    extra_bytes: dict[str, int] = field(default_factory=dict)
+    endless: set[str] = field(default_factory=set)
+    redirect_to: str = ""
+    active: int = 0  # answers being sent
+    # Rewrites the model info the listing answers (a Hub listing hostile names).
+    listing: Callable[[dict[str, Any]], dict[str, Any]] | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
     _server: http.server.ThreadingHTTPServer | None = None
 
@@ -64,6 +96,23 @@ class FakeHub:
             commit,
             {name: HubFile(name, data, name.endswith(lfs_suffix)) for name, data in files.items()},
         )
+        return commit
+
+    def add_repo_from_disk(
+        self, repo: str, folder: pathlib.Path, lfs_suffix: str = ".safetensors"
+    ) -> str:
+        """Every file under ``folder``, served from disk (for repositories of several GB)."""
+        files = {
+            str(path.relative_to(folder)): HubFile(
+                str(path.relative_to(folder)), b"", path.name.endswith(lfs_suffix), str(path)
+            )
+            for path in sorted(folder.rglob("*"))
+            if path.is_file()
+        }
+        commit = hashlib.sha1(
+            repo.encode() + "".join(f.sha256 for f in files.values()).encode()
+        ).hexdigest()
+        self.repos[repo] = HubRepo(repo, commit, files)
         return commit
 
     @property
@@ -112,17 +161,24 @@ class FakeHub:
         path = unquote(urlparse(request.path).path)
         with self.lock:
             self.requested.append(path)
+            self.authorizations.append((path, request.headers.get("Authorization")))
         info = re.fullmatch(r"/api/models/([^/]+/[^/]+)/revision/([^/]+)", path)
         tree = re.fullmatch(r"/api/models/([^/]+/[^/]+)/tree/([^/]+)(/.*)?", path)
         resolve = re.fullmatch(r"/([^/]+/[^/]+)/resolve/([^/]+)/(.+)", path)
         if info and (repo := self._repo(info.group(1), info.group(2))):
-            self._json(request, self._model_info(repo), body)
+            listed = self._model_info(repo)
+            self._json(request, self.listing(listed) if self.listing else listed, body)
         elif tree and (repo := self._repo(tree.group(1), tree.group(2))):
             self._json(request, self._tree(repo), body)
         elif resolve and (repo := self._repo(resolve.group(1), resolve.group(2))):
             hub_file = repo.files.get(resolve.group(3))
             if hub_file is None:
                 self._error(request, 404, "EntryNotFound")
+            elif self.redirect_to:
+                request.send_response(302)
+                request.send_header("Location", self.redirect_to + request.path)
+                request.send_header("Content-Length", "0")
+                request.end_headers()
             else:
                 self._file(request, repo, hub_file, body)
         else:
@@ -137,10 +193,10 @@ class FakeHub:
             "siblings": [
                 {
                     "rfilename": f.name,
-                    "size": len(f.data),
+                    "size": f.size,
                     "blobId": f.blob_id,
                     **(
-                        {"lfs": {"size": len(f.data), "sha256": f.sha256, "pointerSize": 134}}
+                        {"lfs": {"size": f.size, "sha256": f.sha256, "pointerSize": 134}}
                         if f.lfs
                         else {}
                     ),
@@ -155,13 +211,9 @@ class FakeHub:
             {
                 "type": "file",
                 "path": f.name,
-                "size": len(f.data),
+                "size": f.size,
                 "oid": f.blob_id,
-                **(
-                    {"lfs": {"size": len(f.data), "oid": f.sha256, "pointerSize": 134}}
-                    if f.lfs
-                    else {}
-                ),
+                **({"lfs": {"size": f.size, "oid": f.sha256, "pointerSize": 134}} if f.lfs else {}),
             }
             for f in repo.files.values()
         ]
@@ -189,34 +241,54 @@ class FakeHub:
     def _file(
         self, request: http.server.BaseHTTPRequestHandler, repo: HubRepo, f: HubFile, body: bool
     ) -> None:
-        start = 0
-        wanted = re.fullmatch(r"bytes=(\d+)-", request.headers.get("Range") or "")
+        size = f.size
+        start, end = 0, size
+        wanted = re.fullmatch(r"bytes=(\d+)-(\d*)", request.headers.get("Range") or "")
         if wanted:
-            start = min(int(wanted.group(1)), len(f.data))
-        data = f.data[start:]
+            start = min(int(wanted.group(1)), size)
+            end = min(size, int(wanted.group(2)) + 1) if wanted.group(2) else size
+        extra = self.extra_bytes.get(f.name, 0)
+        if extra:
+            # A lying server: the whole file and more, whatever was asked.
+            start, end, wanted = 0, size, None
         request.send_response(206 if wanted else 200)
         request.send_header("X-Repo-Commit", repo.commit)
         request.send_header("ETag", f'"{f.etag}"')
         if f.lfs:
             request.send_header("X-Linked-Etag", f'"{f.etag}"')
-            request.send_header("X-Linked-Size", str(len(f.data)))
+            request.send_header("X-Linked-Size", str(size))
         request.send_header("Accept-Ranges", "bytes")
         if wanted:
-            request.send_header("Content-Range", f"bytes {start}-{len(f.data) - 1}/{len(f.data)}")
-        request.send_header("Content-Length", str(len(data)))
+            request.send_header("Content-Range", f"bytes {start}-{end - 1}/{size}")
+        endless = f.name in self.endless
+        request.send_header("Content-Length", str(end - start + extra))
         request.end_headers()
         if not body:
             return
         sent = 0
+        began = time.monotonic()
+        with self.lock:
+            self.active += 1
         try:
-            for offset in range(0, len(data), CHUNK):
-                piece = data[offset : offset + CHUNK]
+            if endless:
+                # A byte a second: an answer that, for all practical purposes, never ends.
+                for offset in range(start, end):
+                    request.wfile.write(f.data[offset : offset + 1])
+                    sent += 1
+                    time.sleep(1)
+            for piece in f.pieces(start, end):
                 request.wfile.write(piece)
                 sent += len(piece)
                 if self.bytes_per_second:
-                    time.sleep(len(piece) / self.bytes_per_second)
+                    # Per connection, like a CDN's cap on one stream.
+                    ahead = sent / self.bytes_per_second - (time.monotonic() - began)
+                    if ahead > 0:
+                        time.sleep(ahead)
+            if extra:
+                request.wfile.write(b"\0" * extra)
         except (BrokenPipeError, ConnectionResetError):
             pass
         finally:
             with self.lock:
                 self.served.append((f.name, start, sent))
+                self.active -= 1

@@ -2,37 +2,74 @@
 huggingface_hub, as vLLM needs it), never by the operator.
 
 Usage: python3 download_script.py '<request json>'
-Request: {"repos": [{"repo": ..., "revision": ...}], "verifyOnly": bool, "progressPort": int}
+Request: {"repos": [{"repo": ..., "revision": ...}], "mode": "fill" | "verify" | "collect",
+          "progressPort": int, "connections": int, "chunkBytes": int,
+          "minBytesPerSecond": int, "deadlineSeconds": int,
+          "keep": [{"repo": ..., "commit": ...}]   (collect only)}
 
-For each repository at its revision: asks the Hub for the files with their sizes and
-checksums, downloads each into HF_HUB_CACHE's blobs under a stable partial name (so a killed
-pod's successor resumes with a Range request: huggingface_hub itself restarts a killed
-download from zero), lets huggingface_hub lay out the snapshot and the revision's ref (so vLLM
-in the serving pods finds them offline), then checks every file's size and checksum (sha256
-for LFS files, the git blob id for the rest).
-A verified snapshot leaves a marker, so a later Job for it checks sizes only.
+fill: asks the Hub (huggingface_hub's listing) for each repository's files with their sizes
+and checksums, refuses names that are not what the Hub's format allows, checks that the volume
+has room, then fetches every missing byte in chunks over several connections at once, across
+files too. Each file is written in place into HF_HUB_CACHE's blobs under a partial name, with
+a chunk map beside it, so a killed pod's successor fetches only the chunks that are missing.
+The checksums (sha256 for LFS files, the git blob id for the rest) are computed from the bytes
+as they arrive, in order; what arrives ahead of its turn is held in memory up to a bound and
+otherwise read back once its turn comes, so a file is verified moments after its last chunk.
+It lays out the snapshot and the revision's ref (the Hub's cache layout, which vLLM reads
+offline) and leaves a marker, so a later Job for the same snapshot checks sizes only.
+verify: only checks a volume somebody else filled.
+collect: deletes what only revisions no longer asked for use.
+
 While it runs, GET :progressPort/progress answers {phase, bytesDone, bytesTotal, ...}.
 At the end the report goes to /dev/termination-log (the operator reads it from the pod).
+Exit 0: done; 1: failed, a new pod may succeed (it resumes); 3: failed for a reason another
+try cannot change (the listing is unusable, the volume is too small).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import http.client
 import http.server
 import json
 import os
+import re
+import shutil
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urljoin, urlsplit
 
 TERMINATION_LOG = "/dev/termination-log"
 MARKERS = ".kimik3-verified"
 HASH_CHUNK = 16 * 1024 * 1024
-FETCH_CHUNK = 1024 * 1024
-FETCH_ATTEMPTS = 5
+READ_SIZE = 1024 * 1024
+CONNECTIONS = 16
+CHUNK_BYTES = 16 * 1024 * 1024
+# Below this a connection counts as stalled; the overall deadline is derived from it too.
+MIN_BYTES_PER_SECOND = 20_000_000
+READ_TIMEOUT = 30.0
+CHUNK_ATTEMPTS = 6
+MAX_REDIRECTS = 5
+# Chunks that arrive ahead of their file's hashing are kept in memory up to this much.
+AHEAD_BYTES = 512 * 1024 * 1024
+EXIT_RETRY = 1
+EXIT_FINAL = 3
+HEX40 = re.compile(r"[0-9a-f]{40}")
+HEX64 = re.compile(r"[0-9a-f]{64}")
+
+
+class FinalError(Exception):
+    """A failure no retry can change: the Job stops at once."""
+
+
+class DeadlineError(Exception):
+    pass
 
 
 @dataclass(frozen=True)
@@ -56,6 +93,253 @@ class Plan:
     files: list[RepoFile]
 
 
+# --- the Hub's listing, checked -------------------------------------------------------------
+
+
+def checked_name(repo: str, name: Any) -> str:
+    """A file name the Hub listed: relative, with no way out of the snapshot directory."""
+    parts = name.split("/") if isinstance(name, str) else []
+    if (
+        not parts
+        or any(p in ("", ".", "..") for p in parts)
+        or "\\" in name
+        or "\0" in name
+        or len(name) > 1024
+    ):
+        raise FinalError(f"{repo}: the Hub listed a file named {str(name)[:200]!r}")
+    return str(name)
+
+
+def checked_hex(repo: str, what: str, value: Any, pattern: re.Pattern[str]) -> str:
+    if not isinstance(value, str) or not pattern.fullmatch(value):
+        raise FinalError(
+            f"{repo}: the Hub listed {what} {str(value)[:100]!r}, not {pattern.pattern}"
+        )
+    return value
+
+
+def plan_of(repo: str, revision: str, commit: Any, siblings: list[Any]) -> Plan:
+    files = []
+    for s in siblings:
+        name = checked_name(repo, s.rfilename)
+        size = s.size
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            raise FinalError(f"{repo}/{name}: the Hub listed the size {str(size)[:40]!r}")
+        sha256 = ""
+        if s.lfs:
+            sha256 = checked_hex(repo, f"the sha256 of {name}", s.lfs.get("sha256"), HEX64)
+        blob_id = checked_hex(repo, f"the blob id of {name}", s.blob_id, HEX40)
+        files.append(RepoFile(name, size, sha256, blob_id))
+    return Plan(repo, revision, checked_hex(repo, "the commit", commit, HEX40), files)
+
+
+def resolve(api: Any, repo: str, revision: str) -> Plan:
+    info = api.model_info(repo, revision=revision, files_metadata=True)
+    return plan_of(repo, revision, info.sha, list(info.siblings or []))
+
+
+def repo_folder(repo: str) -> str:
+    return "models--" + repo.replace("/", "--")
+
+
+# --- the chunk map --------------------------------------------------------------------------
+
+
+class ChunkMap:
+    """Which chunks of a partial file are on disk: <blob>.chunks beside <blob>.incomplete,
+    rewritten (atomically) after each chunk, so a successor fetches only the rest."""
+
+    def __init__(self, partial: str, size: int, chunk: int) -> None:
+        self.path = partial + ".chunks"
+        self.size, self.chunk = size, chunk
+        self.count = max(1, -(-size // chunk))
+        self.done = bytearray(self.count)
+        self.lock = threading.Lock()
+        try:
+            with open(self.path) as handle:
+                saved = json.load(handle)
+            if saved.get("size") == size and saved.get("chunk") == chunk:
+                for index in saved.get("done", []):
+                    if isinstance(index, int) and 0 <= index < self.count:
+                        self.done[index] = 1
+        except (OSError, ValueError, AttributeError):
+            pass
+
+    def bounds(self, index: int) -> tuple[int, int]:
+        start = index * self.chunk
+        return start, min(self.size, start + self.chunk)
+
+    def missing(self) -> list[int]:
+        return [i for i in range(self.count) if not self.done[i]]
+
+    def covers(self, offset: int) -> bool:
+        return offset < self.size and bool(self.done[offset // self.chunk])
+
+    def done_bytes(self) -> int:
+        return sum(b - a for a, b in map(self.bounds, self.done_indices()))
+
+    def done_indices(self) -> list[int]:
+        return [i for i in range(self.count) if self.done[i]]
+
+    def mark(self, index: int) -> None:
+        with self.lock:
+            self.done[index] = 1
+            self.save()
+
+    def save(self) -> None:
+        text = json.dumps({"size": self.size, "chunk": self.chunk, "done": self.done_indices()})
+        with open(self.path + ".tmp", "w") as handle:
+            handle.write(text)
+        os.replace(self.path + ".tmp", self.path)
+
+
+# --- checksums from the bytes as they arrive ------------------------------------------------
+
+
+class AheadBudget:
+    """Bytes held in memory for hashing later, across all files."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit, self.used = limit, 0
+        self.lock = threading.Lock()
+
+    def take(self, amount: int) -> bool:
+        with self.lock:
+            if self.used + amount > self.limit:
+                return False
+            self.used += amount
+            return True
+
+    def give(self, amount: int) -> None:
+        with self.lock:
+            self.used -= amount
+
+
+class StreamDigest:
+    """One file's checksum, fed in order. Pieces that arrive early wait in memory (within
+    the budget) or, beyond it, are read back from the file once the chunk is on disk."""
+
+    def __init__(self, f: RepoFile, path: str, chunks: ChunkMap, budget: AheadBudget) -> None:
+        self.file, self.path, self.chunks, self.budget = f, path, chunks, budget
+        self.digest = hashlib.sha256() if f.sha256 else hashlib.sha1(f"blob {f.size}\0".encode())
+        self.at = 0
+        self.ahead: dict[int, bytes] = {}
+        self.cond = threading.Condition()
+        self.failed = False
+
+    def offer(self, offset: int, data: bytes) -> None:
+        with self.cond:
+            if offset >= self.at and offset not in self.ahead and self.budget.take(len(data)):
+                self.ahead[offset] = data
+                self.cond.notify()
+
+    def chunk_done(self) -> None:
+        with self.cond:
+            self.cond.notify()
+
+    def stop(self) -> None:
+        with self.cond:
+            self.failed = True
+            self.cond.notify()
+
+    def run(self, progress: Progress) -> str:
+        """Hashes to the end of the file; returns the hex digest ("" if stopped)."""
+        size = self.file.size
+        with open(self.path, "rb") as handle:
+            while self.at < size:
+                with self.cond:
+                    while (
+                        not self.failed
+                        and self.at not in self.ahead
+                        and not self.chunks.covers(self.at)
+                    ):
+                        self.cond.wait(1.0)
+                    if self.failed:
+                        self._drop_ahead()
+                        return ""
+                    piece = self.ahead.pop(self.at, None)
+                if piece is not None:
+                    self.budget.give(len(piece))
+                else:
+                    _, end = self.chunks.bounds(self.at // self.chunks.chunk)
+                    handle.seek(self.at)
+                    piece = handle.read(min(HASH_CHUNK, end - self.at))
+                    if not piece:
+                        raise OSError(f"{self.path}: shorter than its chunk map says")
+                self.digest.update(piece)
+                with self.cond:
+                    self.at += len(piece)
+                    # Pieces already hashed from the file are not needed any more.
+                    for offset in [o for o in self.ahead if o < self.at]:
+                        self.budget.give(len(self.ahead.pop(offset)))
+                progress.add_verified(len(piece))
+        return self.digest.hexdigest()
+
+    def _drop_ahead(self) -> None:
+        for data in self.ahead.values():
+            self.budget.give(len(data))
+        self.ahead.clear()
+
+
+# --- HTTP -----------------------------------------------------------------------------------
+
+
+def origin(url: str) -> tuple[str, str, int]:
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    return parts.scheme, parts.hostname or "", port
+
+
+class Connections:
+    """One keep-alive connection per origin, for one thread."""
+
+    def __init__(self) -> None:
+        self.open: dict[tuple[str, str, int], http.client.HTTPConnection] = {}
+
+    def get(self, url: str) -> http.client.HTTPConnection:
+        key = origin(url)
+        conn = self.open.get(key)
+        if conn is None:
+            scheme, host, port = key
+            cls = http.client.HTTPSConnection if scheme == "https" else http.client.HTTPConnection
+            conn = cls(host, port, timeout=READ_TIMEOUT)
+            self.open[key] = conn
+        return conn
+
+    def drop(self, url: str) -> None:
+        conn = self.open.pop(origin(url), None)
+        if conn is not None:
+            conn.close()
+
+
+def path_of(url: str) -> str:
+    parts = urlsplit(url)
+    return (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+
+
+# --- the download ---------------------------------------------------------------------------
+
+
+@dataclass
+class Target:
+    """One file to fetch, into its blob."""
+
+    repo: str
+    file: RepoFile
+    url: str
+    blob: str
+    chunks: ChunkMap
+    digest: StreamDigest | None = None
+    location: str = ""  # where the Hub's URL redirected to, reused by every chunk
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    left: int = 0
+    error: str = ""
+
+    @property
+    def partial(self) -> str:
+        return self.blob + ".incomplete"
+
+
 @dataclass
 class Progress:
     phase: str = "Resolving"
@@ -64,32 +348,31 @@ class Progress:
     files_total: int = 0
     message: str = ""
     started: float = field(default_factory=time.time)
-    plans: list[Plan] = field(default_factory=list)
-    cache_dir: str = ""
+    targets: list[Target] = field(default_factory=list)
+    present: int = 0  # bytes on disk before this run: whole blobs and finished chunks
+    fetched: int = 0  # bytes written by this run
     lock: threading.Lock = field(default_factory=threading.Lock)
 
+    def add_verified(self, amount: int) -> None:
+        with self.lock:
+            self.verified_bytes += amount
+
+    def add_fetched(self, amount: int) -> None:
+        with self.lock:
+            self.fetched += amount
+
     def bytes_done(self) -> int:
-        """Bytes on disk for the planned files: whole blobs plus partial ones."""
-        done = 0
-        for plan in self.plans:
-            blobs = os.path.join(self.cache_dir, repo_folder(plan.repo), "blobs")
-            for f in plan.files:
-                for candidate in (f.blob, f.blob + ".incomplete"):
-                    try:
-                        done += min(f.size, os.path.getsize(os.path.join(blobs, candidate)))
-                        break
-                    except OSError:
-                        continue
-        return done
+        return min(self.bytes_total, self.present + self.fetched)
 
     def snapshot(self) -> dict[str, Any]:
         with self.lock:
-            if self.phase == "Downloading":
+            phase = self.phase
+            if phase == "Downloading":
                 done = self.bytes_done()
             else:
-                done = self.bytes_total if self.phase in ("Verifying", "Ready") else 0
+                done = self.bytes_total if phase in ("Verifying", "Ready") else 0
             return {
-                "phase": self.phase,
+                "phase": phase,
                 "bytesDone": done,
                 "bytesTotal": self.bytes_total,
                 "verifiedBytes": self.verified_bytes,
@@ -99,90 +382,295 @@ class Progress:
             }
 
 
-def repo_folder(repo: str) -> str:
-    return "models--" + repo.replace("/", "--")
+@dataclass(frozen=True)
+class Settings:
+    endpoint: str
+    headers: dict[str, str]
+    connections: int = CONNECTIONS
+    chunk_bytes: int = CHUNK_BYTES
+    min_rate: int = MIN_BYTES_PER_SECOND
+    deadline: float = float("inf")  # time.monotonic() at which the whole download gives up
 
 
-def git_blob_id(path: str, size: int) -> str:
-    digest = hashlib.sha1(f"blob {size}\0".encode())
-    with open(path, "rb") as handle:
-        while chunk := handle.read(HASH_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
+def headers_for(url: str, settings: Settings) -> dict[str, str]:
+    """The token goes to the Hub's own origin only, never to where it redirects."""
+    if origin(url) == origin(settings.endpoint):
+        return dict(settings.headers)
+    return {k: v for k, v in settings.headers.items() if k.lower() != "authorization"}
 
 
-def sha256_of(path: str, progress: Progress) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while chunk := handle.read(HASH_CHUNK):
-            digest.update(chunk)
-            with progress.lock:
-                progress.verified_bytes += len(chunk)
-    return digest.hexdigest()
+def fetch_range(
+    target: Target,
+    start: int,
+    end: int,
+    pool: Connections,
+    settings: Settings,
+    write: Callable[[int, bytes], None],
+) -> int:
+    """Bytes [start, end) of the file: follows redirects, stops at the listed size; returns
+    how many bytes it wrote (fewer when the connection broke)."""
+    name = f"{target.repo}/{target.file.name}"
+    url = target.location or target.url
+    if time.monotonic() > settings.deadline:
+        raise DeadlineError()
+    for _ in range(MAX_REDIRECTS + 1):
+        conn = pool.get(url)
+        headers = headers_for(url, settings)
+        headers["Range"] = f"bytes={start}-{end - 1}"
+        headers["Accept-Encoding"] = "identity"
+        try:
+            conn.request("GET", path_of(url), headers=headers)
+            response = conn.getresponse()
+        except (OSError, http.client.HTTPException):
+            pool.drop(url)
+            raise
+        if response.status in (301, 302, 303, 307, 308):
+            location = response.getheader("Location") or ""
+            response.read(64 * 1024)
+            response.close()
+            if not location:
+                raise OSError(f"{name}: a redirect without a Location")
+            url = urljoin(url, location)
+            continue
+        if response.status in (401, 403, 404, 410) and target.location:
+            # A signed CDN address has expired: ask the Hub again.
+            response.close()
+            pool.drop(url)
+            with target.lock:
+                target.location = ""
+            raise OSError(f"{name}: {response.status} from the redirected address")
+        if response.status not in (200, 206):
+            response.close()
+            pool.drop(url)
+            raise OSError(f"{name}: HTTP {response.status}")
+        if url != target.url:
+            with target.lock:
+                target.location = url
+        return _read_body(target, response, start, end, pool, url, settings, write)
+    raise OSError(f"{name}: more than {MAX_REDIRECTS} redirects")
 
 
-def fetch(url: str, headers: dict[str, str], blob: str, size: int) -> None:
-    """One file into its blob, resuming from the partial file a killed pod left."""
-    import urllib.request
-
-    if os.path.exists(blob) and os.path.getsize(blob) == size:
-        return
-    partial = blob + ".incomplete"
-    for attempt in range(FETCH_ATTEMPTS):
-        have = os.path.getsize(partial) if os.path.exists(partial) else 0
-        if have > size:
-            os.remove(partial)
-            have = 0
-        if have < size:
-            wanted = dict(headers, **({"Range": f"bytes={have}-"} if have else {}))
-            try:
-                with urllib.request.urlopen(
-                    urllib.request.Request(url, headers=wanted), timeout=60
-                ) as response:
-                    if have and response.status != 206:
-                        have = 0  # the server ignored the range: start over
-                    with open(partial, "ab" if have else "wb") as out:
-                        while chunk := response.read(FETCH_CHUNK):
-                            out.write(chunk)
-            except OSError:
-                if attempt == FETCH_ATTEMPTS - 1:
-                    raise
-                time.sleep(2**attempt)
-                continue
-        if os.path.getsize(partial) == size:
-            os.replace(partial, blob)
-            return
-    raise OSError(f"{url}: {os.path.getsize(partial)} of {size} bytes after {FETCH_ATTEMPTS} tries")
-
-
-def fetch_plan(plan: Plan, cache_dir: str, workers: int = 8) -> None:
-    from huggingface_hub import hf_hub_url
-    from huggingface_hub.utils import build_hf_headers
-
-    headers = build_hf_headers()
-    blobs = os.path.join(cache_dir, repo_folder(plan.repo), "blobs")
-    os.makedirs(blobs, exist_ok=True)
-
-    def one(f: RepoFile) -> None:
-        url = hf_hub_url(plan.repo, f.name, revision=plan.commit)
-        fetch(url, headers, os.path.join(blobs, f.blob), f.size)
-
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        list(pool.map(one, [f for f in plan.files if f.blob]))
-
-
-def resolve(api: Any, repo: str, revision: str) -> Plan:
-    info = api.model_info(repo, revision=revision, files_metadata=True)
-    files = [
-        RepoFile(
-            s.rfilename,
-            int(s.size or 0),
-            (s.lfs or {}).get("sha256", "") if s.lfs else "",
-            s.blob_id or "",
+def _read_body(
+    target: Target,
+    response: http.client.HTTPResponse,
+    start: int,
+    end: int,
+    pool: Connections,
+    url: str,
+    settings: Settings,
+    write: Callable[[int, bytes], None],
+) -> int:
+    name = f"{target.repo}/{target.file.name}"
+    size = target.file.size
+    wanted = end - start
+    body_end = size  # where the answer's bytes end in the file
+    if response.status == 206:
+        found = re.fullmatch(
+            r"bytes (\d+)-(\d+)/(\d+|\*)", response.getheader("Content-Range") or ""
         )
-        for s in info.siblings or []
-    ]
-    return Plan(repo, revision, info.sha, files)
+        if not found or int(found.group(1)) != start:
+            pool.drop(url)
+            raise OSError(f"{name}: asked for bytes {start}-{end - 1}, the answer has none")
+        if found.group(3) != "*" and int(found.group(3)) != size:
+            pool.drop(url)
+            raise FinalError(
+                f"{name}: the server's copy has {found.group(3)} bytes, the Hub listed {size}"
+            )
+        body_end = int(found.group(2)) + 1
+    elif start != 0:
+        pool.drop(url)
+        raise OSError(f"{name}: the server ignored the range request")
+    length = response.getheader("Content-Length")
+    if response.status == 200 and length is not None and int(length) > size:
+        pool.drop(url)
+        raise FinalError(f"{name}: the server answered {length} bytes, the Hub listed {size}")
+    # Slower than the minimum rate, after a grace period, is a stall: another try.
+    limit = time.monotonic() + 30 + wanted / settings.min_rate
+    got = 0
+    try:
+        while got < wanted:
+            now = time.monotonic()
+            if now > settings.deadline:
+                raise DeadlineError()
+            if now > limit:
+                raise TimeoutError(f"{name}: bytes {start}-{end - 1} slower than the minimum")
+            # At most one read from the socket: a trickle returns, and the clocks are checked.
+            piece = response.read1(min(READ_SIZE, wanted - got))
+            if not piece:
+                break
+            write(start + got, piece)
+            got += len(piece)
+        if got == wanted and body_end > end:
+            # More follows than this chunk asked for (a whole-file answer): not reused.
+            pool.drop(url)
+        elif got == wanted and response.read(1):
+            pool.drop(url)
+            raise FinalError(f"{name}: the server sent more than the {size} bytes the Hub listed")
+    except (OSError, http.client.HTTPException):
+        pool.drop(url)
+        if got == 0:
+            raise
+    finally:
+        response.close()
+    return got
+
+
+class Downloader:
+    def __init__(self, settings: Settings, progress: Progress) -> None:
+        self.settings = settings
+        self.progress = progress
+        self.budget = AheadBudget(AHEAD_BYTES)
+        self.local = threading.local()
+        self.failure: BaseException | None = None
+        self.lock = threading.Lock()
+
+    def pool(self) -> Connections:
+        found: Connections | None = getattr(self.local, "pool", None)
+        if found is None:
+            found = self.local.pool = Connections()
+        return found
+
+    def chunk(self, target: Target, index: int) -> None:
+        if self.failure is not None:
+            return
+        start, end = target.chunks.bounds(index)
+        fd = os.open(target.partial, os.O_WRONLY)
+        digest = target.digest
+
+        def write(offset: int, data: bytes) -> None:
+            os.pwrite(fd, data, offset)
+            self.progress.add_fetched(len(data))
+            if digest is not None:
+                digest.offer(offset, data)
+
+        try:
+            at, attempt = start, 0
+            while at < end:
+                error: BaseException | None = None
+                try:
+                    at += fetch_range(target, at, end, self.pool(), self.settings, write)
+                except (OSError, http.client.HTTPException) as exc:
+                    error = exc
+                if self.failure is not None:
+                    return
+                if at < end:
+                    # A broken answer keeps what it wrote; the next try asks for the rest.
+                    attempt += 1
+                    if attempt >= CHUNK_ATTEMPTS:
+                        raise OSError(
+                            f"{target.repo}/{target.file.name}: bytes {at}-{end - 1} not fetched "
+                            f"in {CHUNK_ATTEMPTS} tries: {error or 'the answers ended early'}"
+                        )
+                    time.sleep(min(8.0, 0.5 * 2**attempt))
+            target.chunks.mark(index)
+            if digest is not None:
+                digest.chunk_done()
+        except BaseException as exc:
+            with self.lock:
+                self.failure = self.failure or exc
+            raise
+        finally:
+            os.close(fd)
+
+    def hash(self, target: Target) -> None:
+        digest = target.digest
+        if digest is None:
+            return
+        try:
+            actual = digest.run(self.progress)
+        except BaseException as exc:
+            with self.lock:
+                self.failure = self.failure or exc
+            raise
+        expected = target.file.blob
+        if actual and actual != expected:
+            kind = "sha256" if target.file.sha256 else "git blob"
+            target.error = (
+                f"{target.repo}/{target.file.name}: {kind} {actual[:12]}, the Hub says "
+                f"{expected[:12]}"
+            )
+
+    def run(self, targets: list[Target]) -> list[str]:
+        """Fetches every missing chunk; returns what failed verification."""
+        for target in targets:
+            if os.path.getsize(target.partial) != target.file.size:
+                with open(target.partial, "r+b") as handle:
+                    handle.truncate(target.file.size)
+            target.digest = StreamDigest(target.file, target.partial, target.chunks, self.budget)
+        work = iter([(t, i) for t in targets for i in t.chunks.missing()])
+        taking = threading.Lock()
+
+        def fetcher() -> None:
+            while self.failure is None:
+                with taking:
+                    item = next(work, None)
+                if item is None:
+                    return
+                try:
+                    self.chunk(*item)
+                except BaseException:
+                    for target in targets:
+                        if target.digest is not None:
+                            target.digest.stop()
+                    return
+
+        hash_workers = max(1, min(len(targets), self.settings.connections + 2))
+        with ThreadPoolExecutor(max_workers=hash_workers) as hashers:
+            hashed = [hashers.submit(self.hash, t) for t in targets]
+            threads = [
+                threading.Thread(target=fetcher, daemon=True)
+                for _ in range(self.settings.connections)
+            ]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            for future in hashed:
+                with contextlib.suppress(BaseException):
+                    future.result()
+        if self.failure is not None:
+            raise self.failure
+        problems = []
+        for target in targets:
+            if target.error:
+                problems.append(target.error)
+                # A wrong file is fetched whole again by the next try.
+                for path in (target.partial, target.chunks.path):
+                    with_suppressed(os.remove, path)
+            else:
+                os.replace(target.partial, target.blob)
+                with_suppressed(os.remove, target.chunks.path)
+        return problems
+
+
+def with_suppressed(call: Callable[[str], Any], path: str) -> None:
+    with contextlib.suppress(OSError):
+        call(path)
+
+
+# --- the cache layout -----------------------------------------------------------------------
+
+
+def link_snapshot(cache_dir: str, plan: Plan) -> str:
+    """snapshots/<commit>/<file> -> ../../blobs/<blob>, and refs/<revision>: huggingface_hub's
+    layout, which vLLM resolves with HF_HUB_OFFLINE=1."""
+    base = os.path.join(cache_dir, repo_folder(plan.repo))
+    snapshot = os.path.join(base, "snapshots", plan.commit)
+    for f in plan.files:
+        path = os.path.join(snapshot, f.name)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        relative = os.path.relpath(os.path.join(base, "blobs", f.blob), os.path.dirname(path))
+        if os.path.islink(path) and os.readlink(path) == relative:
+            continue
+        with_suppressed(os.remove, path)
+        os.symlink(relative, path)
+    if plan.revision != plan.commit:
+        refs = os.path.join(base, "refs", plan.revision)
+        os.makedirs(os.path.dirname(refs), exist_ok=True)
+        with open(refs + ".tmp", "w") as handle:
+            handle.write(plan.commit)
+        os.replace(refs + ".tmp", refs)
+    return snapshot
 
 
 def marker_path(cache_dir: str, plan: Plan) -> str:
@@ -201,8 +689,20 @@ def already_verified(cache_dir: str, plan: Plan, snapshot: str) -> bool:
     )
 
 
-def verify(plan: Plan, snapshot: str, progress: Progress, workers: int = 8) -> list[str]:
-    """Every file present, of the Hub's size and checksum; returns what is wrong."""
+def file_digest(path: str, f: RepoFile, progress: Progress) -> str:
+    digest = hashlib.sha256() if f.sha256 else hashlib.sha1(f"blob {f.size}\0".encode())
+    with open(path, "rb") as handle:
+        while chunk := handle.read(HASH_CHUNK):
+            digest.update(chunk)
+            progress.add_verified(len(chunk))
+    return digest.hexdigest()
+
+
+def verify(
+    plan: Plan, snapshot: str, progress: Progress, checked: set[str], workers: int = 4
+) -> list[str]:
+    """Every file present, of the Hub's size and checksum (the blobs in ``checked`` were
+    hashed while they arrived); returns what is wrong."""
 
     def check(f: RepoFile) -> str:
         path = os.path.join(snapshot, f.name)
@@ -211,22 +711,151 @@ def verify(plan: Plan, snapshot: str, progress: Progress, workers: int = 8) -> l
         size = os.path.getsize(path)
         if size != f.size:
             return f"{plan.repo}/{f.name}: {size} bytes, the Hub says {f.size}"
-        if f.sha256:
-            actual = sha256_of(path, progress)
-            if actual != f.sha256:
-                return f"{plan.repo}/{f.name}: sha256 {actual[:12]}, the Hub says {f.sha256[:12]}"
-        elif f.blob_id:
-            actual = git_blob_id(path, size)
-            with progress.lock:
-                progress.verified_bytes += size
-            if actual != f.blob_id:
-                return (
-                    f"{plan.repo}/{f.name}: git blob {actual[:12]}, the Hub says {f.blob_id[:12]}"
-                )
+        if f.blob in checked:
+            return ""
+        actual = file_digest(path, f, progress)
+        if actual != f.blob:
+            kind = "sha256" if f.sha256 else "git blob"
+            return f"{plan.repo}/{f.name}: {kind} {actual[:12]}, the Hub says {f.blob[:12]}"
         return ""
 
     with ThreadPoolExecutor(max_workers=workers) as pool:
         return [problem for problem in pool.map(check, plan.files) if problem]
+
+
+# --- room on the volume, and collection -----------------------------------------------------
+
+
+def human(amount: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if amount < 1024 or unit == "TiB":
+            return f"{amount:.0f} {unit}" if unit == "B" else f"{amount:.1f} {unit}"
+        amount /= 1024
+    return f"{amount:.1f} TiB"
+
+
+def room_check(cache_dir: str, needed: int) -> None:
+    """Refuses before the first byte when the rest cannot fit beside what the volume holds
+    (the revisions still serving stay until the rollout completes)."""
+    stats = os.statvfs(cache_dir)
+    free = stats.f_bavail * stats.f_frsize
+    if needed <= free:
+        return
+    capacity = stats.f_blocks * stats.f_frsize
+    used = capacity - stats.f_bfree * stats.f_frsize
+    at_least = used + needed
+    raise FinalError(
+        f"the model cache volume is too small: this download needs {human(needed)} more and "
+        f"{human(free)} is free ({human(used)} used of {human(capacity)}, including revisions "
+        f"still in use until the rollout completes); it needs at least {human(at_least)} "
+        f"({-(-at_least // 2**30)}Gi): give spec.model.cache.size or the claim that much"
+    )
+
+
+def allocated(path: str) -> int:
+    try:
+        return os.lstat(path).st_blocks * 512
+    except OSError:
+        return 0
+
+
+def tree_bytes(path: str) -> int:
+    total = allocated(path)
+    for root, dirs, files in os.walk(path):
+        total += sum(allocated(os.path.join(root, n)) for n in dirs + files)
+    return total
+
+
+def snapshot_blobs(snapshot: str) -> set[str]:
+    found = set()
+    for root, _, files in os.walk(snapshot):
+        for n in files:
+            path = os.path.join(root, n)
+            if os.path.islink(path):
+                found.add(os.path.basename(os.readlink(path)))
+    return found
+
+
+def held(cache_dir: str, keep: dict[str, set[str]]) -> list[tuple[str, str, int]]:
+    """(folder or file, what it is, bytes) for everything in the cache that only revisions
+    outside ``keep`` (repo folder -> commits) use."""
+    found: list[tuple[str, str, int]] = []
+    if not os.path.isdir(cache_dir):
+        return found
+    for folder in sorted(os.listdir(cache_dir)):
+        base = os.path.join(cache_dir, folder)
+        if not folder.startswith("models--") or os.path.islink(base) or not os.path.isdir(base):
+            continue
+        repo = folder[len("models--") :].replace("--", "/")
+        commits = keep.get(folder)
+        if commits is None:
+            found.append((base, f"{repo} (every revision)", tree_bytes(base)))
+            continue
+        snapshots = os.path.join(base, "snapshots")
+        names = sorted(os.listdir(snapshots)) if os.path.isdir(snapshots) else []
+        wanted: set[str] = set()
+        for commit in names:
+            path = os.path.join(snapshots, commit)
+            if commit in commits:
+                wanted |= snapshot_blobs(path)
+            else:
+                found.append((path, f"{repo}@{commit[:12]}", tree_bytes(path)))
+        blobs = os.path.join(base, "blobs")
+        for blob in sorted(os.listdir(blobs)) if os.path.isdir(blobs) else []:
+            if blob.split(".")[0] not in wanted:
+                path = os.path.join(blobs, blob)
+                found.append((path, "", allocated(path)))
+        refs = os.path.join(base, "refs")
+        for root, _, files in os.walk(refs):
+            for n in files:
+                path = os.path.join(root, n)
+                try:
+                    with open(path) as handle:
+                        points = handle.read().strip()
+                except OSError:
+                    continue
+                if points not in commits:
+                    found.append((path, "", 0))
+    return found
+
+
+def old_revisions(cache_dir: str, plans: list[Plan]) -> tuple[list[str], int]:
+    keep: dict[str, set[str]] = {}
+    for plan in plans:
+        keep.setdefault(repo_folder(plan.repo), set()).add(plan.commit)
+    found = held(cache_dir, keep)
+    return [what for _, what, _ in found if what], sum(size for _, _, size in found)
+
+
+def collect(cache_dir: str, keep_list: list[dict[str, Any]]) -> dict[str, Any]:
+    keep: dict[str, set[str]] = {}
+    for entry in keep_list:
+        repo = str(entry["repo"])
+        commit = checked_hex(repo, "the commit to keep", entry["commit"], HEX40)
+        keep.setdefault(repo_folder(repo), set()).add(commit)
+    freed, removed = 0, []
+    for path, what, size in held(cache_dir, keep):
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+        else:
+            with_suppressed(os.remove, path)
+        freed += size
+        if what:
+            removed.append(what)
+            if what.endswith("(every revision)"):
+                shutil.rmtree(
+                    os.path.join(cache_dir, MARKERS, os.path.basename(path)), ignore_errors=True
+                )
+            folder, _, commit = path.rpartition("/snapshots/")
+            if commit:
+                repo_markers = os.path.join(
+                    cache_dir, MARKERS, os.path.basename(folder), commit + ".json"
+                )
+                with_suppressed(os.remove, repo_markers)
+    return {"phase": "Collected", "bytesFreed": freed, "removed": removed}
+
+
+# --- the Job --------------------------------------------------------------------------------
 
 
 def serve_progress(progress: Progress, port: int) -> None:
@@ -256,44 +885,98 @@ def report(payload: dict[str, Any]) -> None:
         pass
 
 
+def targets_of(
+    plans: list[Plan], cache_dir: str, settings: Settings, progress: Progress
+) -> Iterator[Target]:
+    from huggingface_hub import hf_hub_url
+
+    seen: set[str] = set()
+    for plan in plans:
+        blobs = os.path.join(cache_dir, repo_folder(plan.repo), "blobs")
+        os.makedirs(blobs, exist_ok=True)
+        for f in plan.files:
+            blob = os.path.join(blobs, f.blob)
+            if blob in seen:
+                continue
+            seen.add(blob)
+            if os.path.exists(blob) and os.path.getsize(blob) == f.size:
+                progress.present += f.size
+                continue
+            partial = blob + ".incomplete"
+            chunks = ChunkMap(partial, f.size, settings.chunk_bytes)
+            if not os.path.exists(partial):
+                # The map first: a partial file without one is taken for an old prefix.
+                chunks.save()
+                open(partial, "wb").close()
+            elif not os.path.exists(chunks.path):
+                # A partial file from a download before chunk maps: a prefix on disk.
+                have = min(os.path.getsize(partial), f.size)
+                for index in range(have // settings.chunk_bytes):
+                    chunks.done[index] = 1
+            url = hf_hub_url(plan.repo, f.name, revision=plan.commit)
+            progress.present += chunks.done_bytes()
+            yield Target(plan.repo, f, url, blob, chunks)
+
+
+def settings_of(request: dict[str, Any]) -> Settings:
+    from huggingface_hub import constants
+    from huggingface_hub.utils import build_hf_headers
+
+    deadline = float(request.get("deadlineSeconds") or 0)
+    return Settings(
+        endpoint=constants.ENDPOINT,
+        headers=build_hf_headers(),
+        connections=max(1, int(request.get("connections") or CONNECTIONS)),
+        chunk_bytes=max(1 << 20, int(request.get("chunkBytes") or CHUNK_BYTES)),
+        min_rate=max(1, int(request.get("minBytesPerSecond") or MIN_BYTES_PER_SECOND)),
+        deadline=time.monotonic() + deadline if deadline > 0 else float("inf"),
+    )
+
+
 def fill(request: dict[str, Any], progress: Progress) -> dict[str, Any]:
-    from huggingface_hub import HfApi, snapshot_download
+    from huggingface_hub import HfApi
 
     cache_dir = os.environ["HF_HUB_CACHE"]
-    verify_only = bool(request.get("verifyOnly"))
-    progress.cache_dir = cache_dir
+    mode = request.get("mode") or ("verify" if request.get("verifyOnly") else "fill")
+    if mode == "collect":
+        return collect(cache_dir, list(request.get("keep") or []))
+    settings = settings_of(request)
     api = HfApi()
     plans = [resolve(api, r["repo"], r["revision"]) for r in request["repos"]]
     with progress.lock:
-        progress.plans = plans
         progress.bytes_total = sum(f.size for p in plans for f in p.files)
         progress.files_total = sum(len(p.files) for p in plans)
-        progress.phase = "Verifying" if verify_only else "Downloading"
-    snapshots = []
-    for plan in plans:
-        snapshot = os.path.join(cache_dir, repo_folder(plan.repo), "snapshots", plan.commit)
-        if not verify_only:
-            fetch_plan(plan, cache_dir)
-            # Every blob is there: this only links the snapshot and writes the revision's ref.
-            snapshot = snapshot_download(
-                plan.repo, revision=plan.revision, cache_dir=cache_dir, max_workers=8
-            )
-            commit = os.path.basename(snapshot.rstrip("/"))
-            if commit != plan.commit:  # the branch moved between the two calls
-                plan.commit = commit
-                plan.files = resolve(api, plan.repo, commit).files
-        snapshots.append(snapshot)
+    checked: set[str] = set()
+    if mode == "fill":
+        os.makedirs(cache_dir, exist_ok=True)
+        targets = list(targets_of(plans, cache_dir, settings, progress))
+        room_check(cache_dir, sum(t.file.size - t.chunks.done_bytes() for t in targets))
+        with progress.lock:
+            progress.targets = targets
+            progress.phase = "Downloading"
+        started = time.monotonic()
+        problems = Downloader(settings, progress).run(targets)
+        if problems:
+            return {"phase": "Failed", "problems": problems[:10]}
+        fetched = sum(t.file.size for t in targets)
+        progress.message = (
+            f"fetched {fetched} bytes in {time.monotonic() - started:.1f}s over "
+            f"{settings.connections} connections"
+        )
+        checked = {t.file.blob for t in targets}
     with progress.lock:
         progress.phase = "Verifying"
-    problems: list[str] = []
-    for plan, snapshot in zip(plans, snapshots, strict=True):
+    problems = []
+    for plan in plans:
+        snapshot = os.path.join(cache_dir, repo_folder(plan.repo), "snapshots", plan.commit)
+        if mode == "fill":
+            snapshot = link_snapshot(cache_dir, plan)
         if already_verified(cache_dir, plan, snapshot):
-            with progress.lock:
-                progress.verified_bytes += sum(f.size for f in plan.files)
+            progress.add_verified(sum(f.size for f in plan.files))
             continue
-        found = verify(plan, snapshot, progress)
+        found = verify(plan, snapshot, progress, checked)
         problems += found
-        if not found and not verify_only:
+        if not found and mode == "fill":
             path = marker_path(cache_dir, plan)
             os.makedirs(os.path.dirname(path), exist_ok=True)
             with open(path, "w") as handle:
@@ -312,19 +995,53 @@ def fill(request: dict[str, Any], progress: Progress) -> dict[str, Any]:
         return {"phase": "Failed", "repos": repos, "problems": problems[:10]}
     with progress.lock:
         progress.phase = "Ready"
-    return {"phase": "Ready", "repos": repos, "bytesTotal": progress.bytes_total}
+    result: dict[str, Any] = {"phase": "Ready", "repos": repos, "bytesTotal": progress.bytes_total}
+    if mode == "fill":
+        old, old_bytes = old_revisions(cache_dir, plans)
+        if old_bytes:
+            result.update({"oldRevisions": old[:20], "oldBytes": old_bytes})
+    return result
+
+
+def watchdog(seconds: float) -> None:
+    """Whatever hangs, the pod ends at its deadline with a report, not silently."""
+
+    def expire() -> None:
+        message = f"the download did not finish within its deadline of {seconds:.0f}s"
+        timer.cancel()
+        report({"phase": "Failed", "final": True, "problems": [message]})
+        os._exit(EXIT_FINAL)
+
+    # A little after the script's own deadline, which says what was slow.
+    timer = threading.Timer(seconds + 30, expire)
+    timer.daemon = True
+    timer.start()
 
 
 def main(argv: list[str]) -> int:
     request = json.loads(argv[1])
     progress = Progress()
-    serve_progress(progress, int(request.get("progressPort", 8090)))
+    if float(request.get("deadlineSeconds") or 0) > 0:
+        watchdog(float(request["deadlineSeconds"]))
+    if request.get("mode") != "collect":
+        serve_progress(progress, int(request.get("progressPort", 8090)))
+    code = EXIT_RETRY
     try:
         result = fill(request, progress)
+    except FinalError as exc:
+        result, code = {"phase": "Failed", "final": True, "problems": [str(exc)[:600]]}, EXIT_FINAL
+    except DeadlineError:
+        seconds = request.get("deadlineSeconds")
+        result = {
+            "phase": "Failed",
+            "final": True,
+            "problems": [f"the download did not finish within its deadline of {seconds}s"],
+        }
+        code = EXIT_FINAL
     except Exception as exc:
         result = {"phase": "Failed", "problems": [f"{type(exc).__name__}: {exc}"[:600]]}
     report(result)
-    return 0 if result["phase"] == "Ready" else 1
+    return 0 if result["phase"] in ("Ready", "Collected") else code
 
 
 if __name__ == "__main__":
