@@ -199,13 +199,20 @@ def test_probes_on_the_leader_only_with_a_budget_from_the_weights() -> None:
         assert probe not in worker
 
 
-def test_startup_budget_shrinks_with_nodes_and_local_weights() -> None:
+def test_startup_budget_counts_every_pods_whole_download_and_shrinks_with_nodes_on_a_volume() -> (
+    None
+):
     two = startup_budget_seconds(spec_of())
     four = startup_budget_seconds(spec_of(parallelism={"tensor": 32}))
     pvc = startup_budget_seconds(spec_of(model={"source": {"pvc": {"claimName": "w"}}}))
-    assert two == 900 + 3400
-    assert four == 900 + 1700
+    pvc_four = startup_budget_seconds(
+        spec_of(model={"source": {"pvc": {"claimName": "w"}}}, parallelism={"tensor": 32})
+    )
+    # From the Hub each pod downloads all 1.7 TB at 250 MB/s, however many nodes share it.
+    assert two == four == 900 + 6800
+    # From a volume each node reads its shard at 1 GB/s.
     assert pvc == 900 + 850
+    assert pvc_four == 900 + 425
 
 
 def test_extra_args_and_env_come_after_the_generated_ones() -> None:
@@ -347,7 +354,7 @@ def test_quantities_are_written_as_the_api_server_writes_them_back() -> None:
     """A quantity in another form than the stored one reads as a change at every resync
     (measured: 1700000000000 came back as 1700G, and every LeaderWorkerSet was applied
     again every 30 s)."""
-    from kimik3_operator.builders.leaderworkerset import decimal_quantity
+    from kimik3_operator.api.quantities import decimal_quantity
 
     assert decimal_quantity(1_700_000_000_000) == "1700G"
     assert decimal_quantity(2 * 10**12) == "2T"

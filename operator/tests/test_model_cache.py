@@ -4,12 +4,14 @@ until the weights are in the cache."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
 import pytest
 
 from conftest import FakeKube, key_of, resource, spec_of
+from kimik3_operator.api.constants import Reason
 from kimik3_operator.api.pairing import resolve_drafter
 from kimik3_operator.api.spec import SpecError, parse_spec
 from kimik3_operator.builders.common import Owner
@@ -158,7 +160,7 @@ def test_startup_budget_follows_the_cache() -> None:
     hub = startup_budget_seconds(spec_of())
     cached = startup_budget_seconds(spec_of(model=CACHE))
     measured = startup_budget_seconds(spec_of(model=CACHE), weight_bytes=400 * 10**9)
-    assert hub == 900 + 1_700_000_000_000 // 2 // 250_000_000
+    assert hub == 900 + 1_700_000_000_000 // 250_000_000
     assert cached == 900 + 1_700_000_000_000 // 2 // 1_000_000_000
     assert measured == 900 + 400 * 10**9 // 2 // 1_000_000_000
     spec = spec_of(model=CACHE)
@@ -534,3 +536,250 @@ def test_a_replaced_claim_is_an_empty_volume_filled_again_before_serving(
         kube, key_of(kube.get(API, "KimiK3Deployment", "k3", "llm")), Context(clock=clock)
     )
     assert any(a.startswith("Job/k3-download-") for a in result.applied + again.applied)
+
+
+# --- the download's settings, deadline and failure policy ---------------------------------
+
+
+def test_download_settings_reach_the_script_and_bound_the_job() -> None:
+    spec = spec_of(
+        model={**CACHE, "cache": {**CACHE["cache"], "connections": 32, "chunkSize": "64Mi"}}
+    )
+    job = build_download_job(spec, OWNER)
+    request = json.loads(_container(job)["args"][0])
+    assert request["mode"] == "fill"
+    assert (request["connections"], request["chunkBytes"]) == (32, 64 * 2**20)
+    # 1800Gi at the minimum rate of 50 MB/s, plus the slack: the Job ends whatever the Hub does.
+    deadline = 600 + 1800 * 2**30 // 50_000_000
+    assert job["spec"]["activeDeadlineSeconds"] == request["deadlineSeconds"] == deadline
+    rules = job["spec"]["podFailurePolicy"]["rules"]
+    assert rules[0] == {
+        "action": "FailJob",
+        "onExitCodes": {"containerName": "download", "operator": "In", "values": [3]},
+    }
+    assert rules[1]["action"] == "Ignore"
+    # How it is fetched is not what is fetched: the same cache, no new download.
+    assert cache_key(spec, OWNER) == cache_key(spec_of(model=CACHE), OWNER)
+
+
+@pytest.mark.parametrize(
+    ("cache", "path"),
+    [
+        ({"connections": 0}, "spec.model.cache.connections"),
+        ({"connections": 65}, "spec.model.cache.connections"),
+        ({"chunkSize": "512Ki"}, "spec.model.cache.chunkSize"),
+        ({"chunkSize": "2Gi"}, "spec.model.cache.chunkSize"),
+        ({"chunkSize": "big"}, "spec.model.cache.chunkSize"),
+    ],
+)
+def test_download_settings_out_of_range_are_refused(cache: dict[str, Any], path: str) -> None:
+    with pytest.raises(SpecError) as err:
+        parse_spec({"model": {"cache": cache}})
+    assert err.value.path == path and err.value.fix
+
+
+def test_a_volume_too_small_names_the_size_needed_and_the_fix() -> None:
+    report = {
+        "phase": "Failed",
+        "final": True,
+        "reason": "VolumeTooSmall",
+        "problems": ["the model cache volume is too small: ... it needs at least 2.9 TiB (2970Gi)"],
+    }
+    failed = _state(
+        job={
+            "status": {
+                "conditions": [{"type": "Failed", "status": "True", "reason": "PodFailurePolicy"}]
+            }
+        },
+        pods=[_pod("p1", phase="Failed", **_terminated(report, 3))],
+    )
+    assert (failed.phase, failed.reason) == ("Failed", "ModelCacheTooSmall")
+    assert "needs at least 2.9 TiB (2970Gi)" in failed.message
+    assert "grow the claim" in failed.message and "delete the Job" in failed.message
+
+
+# --- old revisions ------------------------------------------------------------------------
+
+OLD = "moonshotai/Kimi-K3@0123456789ab"
+
+
+def _serving_pod(name: str, component: str, group: str, worker: str, *, created: str) -> Any:
+    from kimik3_operator.api import constants as c
+    from kimik3_operator.builders.common import labels
+
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": "llm",
+            "creationTimestamp": created,
+            "labels": {
+                **labels(OWNER, component),
+                c.LWS_GROUP_INDEX_LABEL: group,
+                c.LWS_WORKER_INDEX_LABEL: worker,
+            },
+        },
+        "spec": {"nodeName": f"gpu-{worker}"},
+        "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
+    }
+
+
+def test_wants_collection_only_after_the_rollout_to_this_revision() -> None:
+    from kimik3_operator.weights.state import wants_collection
+
+    ready = CacheState(
+        "Ready", Reason.CACHE_READY, "", "k1", "c", "j", ready_at=NOW, old_revisions=(OLD,)
+    )
+    new = [
+        _serving_pod("k3-0", "leader", "0", "0", created="2026-12-03T00:01:00Z"),
+        _serving_pod("k3-0-1", "worker", "0", "1", created="2026-12-03T00:01:00Z"),
+    ]
+    old_pod = _serving_pod("k3-0-1", "worker", "0", "1", created="2026-12-02T23:59:00Z")
+    unready = {**new[1], "status": {"phase": "Running", "conditions": []}}
+    assert wants_collection(ready, new, replicas=1, ready_replicas=1)
+    assert not wants_collection(ready, [new[0], old_pod], 1, 1), "a pod may read the old one"
+    assert not wants_collection(ready, [new[0], unready], 1, 1)
+    assert not wants_collection(ready, new, replicas=2, ready_replicas=1)
+    assert not wants_collection(dataclasses.replace(ready, old_revisions=()), new, 1, 1)
+    assert not wants_collection(dataclasses.replace(ready, ready_at=""), new, 1, 1)
+
+
+def _download_done(kube: FakeKube, report: dict[str, Any]) -> None:
+    job = next(o for k, o in kube.objects.items() if k[1] == "Job" and "-download-" in k[3])
+    key = job["metadata"]["labels"]["serving.kimik3.io/cache-key"]
+    kube.put(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": "dl-1",
+                "namespace": "llm",
+                "labels": {"serving.kimik3.io/cache-key": key},
+            },
+            "spec": {"nodeName": "cpu-1"},
+            "status": {"phase": "Succeeded", **_terminated(report)},
+        }
+    )
+
+
+def _again(kube: FakeKube) -> Any:
+    return reconcile(
+        kube, key_of(kube.get(API, "KimiK3Deployment", "k3", "llm")), Context(clock=clock)
+    )
+
+
+def test_old_revisions_are_collected_once_the_rollout_is_complete(kube: FakeKube) -> None:
+    kube.put(resource(model=CACHE))
+    _again(kube)
+    commit = "c0ffee" * 6 + "c0ff"
+    _download_done(
+        kube,
+        {
+            "phase": "Ready",
+            "bytesTotal": 10**12,
+            "repos": [{"repo": "moonshotai/Kimi-K3", "commit": commit}],
+            "oldRevisions": [OLD],
+            "oldBytes": 9 * 10**11,
+        },
+    )
+    _again(kube)
+    cache = kube.get(API, "KimiK3Deployment", "k3", "llm")["status"]["modelCache"]
+    assert cache["phase"] == "Ready" and cache["readyAt"] == NOW
+    assert cache["oldRevisions"] == [OLD] and cache["oldBytes"] == 9 * 10**11
+    assert not [k for k in kube.objects if k[1] == "Job" and "-collect-" in k[3]], (
+        "nothing is collected while no pod serves the new revision"
+    )
+
+    # The rollout completes: both pods of the group made after the cache was Ready.
+    for pod in (
+        _serving_pod("k3-0", "leader", "0", "0", created="2026-12-03T00:05:00Z"),
+        _serving_pod("k3-0-1", "worker", "0", "1", created="2026-12-03T00:05:00Z"),
+    ):
+        kube.put(pod)
+    result = _again(kube)
+    collect = [o for k, o in kube.objects.items() if k[1] == "Job" and "-collect-" in k[3]]
+    assert len(collect) == 1 and any(a.startswith("Job/k3-collect-") for a in result.applied)
+    request = json.loads(_container(collect[0])["args"][0])
+    assert request == {
+        "mode": "collect",
+        "keep": [{"repo": "moonshotai/Kimi-K3", "commit": commit}],
+    }
+    volume = next(
+        v for v in collect[0]["spec"]["template"]["spec"]["volumes"] if v["name"] == "model-cache"
+    )
+    assert volume["persistentVolumeClaim"] == {"claimName": "k3-model-cache", "readOnly": False}
+
+    # Its report: the bytes freed, nothing old left, and no second collection.
+    key = collect[0]["metadata"]["labels"]["serving.kimik3.io/collect-key"]
+    kube.put(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": "collect-1",
+                "namespace": "llm",
+                "creationTimestamp": "2026-12-03T00:06:00Z",
+                "labels": {
+                    "app.kubernetes.io/instance": "k3",
+                    "app.kubernetes.io/managed-by": "kimik3-operator",
+                    "app.kubernetes.io/component": "collect",
+                    "serving.kimik3.io/collect-key": key,
+                },
+            },
+            "spec": {"nodeName": "cpu-1"},
+            "status": {
+                "phase": "Succeeded",
+                **_terminated({"phase": "Collected", "bytesFreed": 9 * 10**11, "removed": [OLD]}),
+            },
+        }
+    )
+    _again(kube)
+    cache = kube.get(API, "KimiK3Deployment", "k3", "llm")["status"]["modelCache"]
+    assert cache["bytesFreed"] == 9 * 10**11
+    assert "oldRevisions" not in cache and "oldBytes" not in cache
+    kube.writes.clear()
+    assert _again(kube).applied == [] and kube.writes == []
+
+
+def test_a_claim_somebody_else_named_is_never_collected(kube: FakeKube) -> None:
+    kube.put(resource(model={"cache": {"claimName": "shared-weights"}}))
+    kube.put(
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {"name": "shared-weights", "namespace": "llm", "uid": "claim-1"},
+            "status": {"phase": "Bound"},
+        }
+    )
+    _again(kube)
+    _download_done(
+        kube,
+        {
+            "phase": "Ready",
+            "bytesTotal": 10,
+            "repos": [{"repo": "moonshotai/Kimi-K3", "commit": "a" * 40}],
+            "oldRevisions": [OLD],
+            "oldBytes": 10,
+        },
+    )
+    _again(kube)
+    for pod in (
+        _serving_pod("k3-0", "leader", "0", "0", created="2026-12-03T00:05:00Z"),
+        _serving_pod("k3-0-1", "worker", "0", "1", created="2026-12-03T00:05:00Z"),
+    ):
+        kube.put(pod)
+    _again(kube)
+    assert not [k for k in kube.objects if k[1] == "Job" and "-collect-" in k[3]]
+    cache = kube.get(API, "KimiK3Deployment", "k3", "llm")["status"]["modelCache"]
+    assert cache["oldRevisions"] == [OLD], "still reported, for whoever owns the claim"
+
+
+def test_one_pod_without_a_cache_is_not_warned_about() -> None:
+    from kimik3_operator.weights.state import every_pod_downloads
+
+    assert every_pod_downloads(spec_of(parallelism={"tensor": 8})) is None
+    assert every_pod_downloads(spec_of(model=CACHE)) is None
+    assert every_pod_downloads(spec_of(model={"source": {"pvc": {"claimName": "w"}}})) is None
+    warned = every_pod_downloads(spec_of(parallelism={"tensor": 8}, replicas=3))
+    assert warned is not None and "each of the 3 serving pods" in warned.message

@@ -40,7 +40,13 @@ def test_first_reconcile_applies_children_and_status(kube: FakeKube) -> None:
         "Progressing",
         "Available",
         "Degraded",
+        "ModelCached",
     }
+    # Two pods (TP 16 on 8-GPU nodes) with no cache: each downloads the whole checkpoint.
+    cached = next(c for c in status["conditions"] if c["type"] == "ModelCached")
+    assert cached["status"] == "False" and cached["reason"] == "NoModelCache"
+    assert "each of the 2 serving pods" in cached["message"]
+    assert "spec.model.cache" in cached["message"]
     assert "Degraded=False/AsExpected" in result.events
 
 

@@ -15,6 +15,7 @@ FIELD_MANAGER: Final = "kimik3-operator"
 SPEC_HASH_ANNOTATION: Final = f"{GROUP}/spec-hash"
 PROBE_KEY_LABEL: Final = f"{GROUP}/probe-key"
 CACHE_KEY_LABEL: Final = f"{GROUP}/cache-key"
+COLLECT_KEY_LABEL: Final = f"{GROUP}/collect-key"
 # On the probe Job: the report its pod gave, kept once read (the pod may be collected).
 PROBE_REPORT_ANNOTATION: Final = f"{GROUP}/probe-report"
 # On a KimiK3Deployment: a new value un-parks it and gives it a fresh start-up failure budget.
@@ -46,6 +47,7 @@ COMPONENT_WORKER: Final = "worker"
 COMPONENT_PREFLIGHT: Final = "preflight"
 COMPONENT_SERVING: Final = "serving"
 COMPONENT_DOWNLOAD: Final = "download"
+COMPONENT_COLLECT: Final = "collect"
 COMPONENT_MODEL_CACHE: Final = "model-cache"
 
 
@@ -152,6 +154,8 @@ class Reason(StrEnum):
     DOWNLOADING = "Downloading"
     VERIFYING = "Verifying"
     DOWNLOAD_FAILED = "DownloadFailed"
+    MODEL_CACHE_TOO_SMALL = "ModelCacheTooSmall"
+    NO_MODEL_CACHE = "NoModelCache"
     WAITING_FOR_MODEL_CACHE = "WaitingForModelCache"
     # SpeculationEffective
     ACCEPTANCE_ABOVE_MINIMUM = "AcceptanceAboveMinimum"

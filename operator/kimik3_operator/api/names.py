@@ -86,6 +86,10 @@ def download_job(name: str, cache_key: str) -> str:
     return child(name, f"download-{_short(cache_key)}")
 
 
+def collect_job(name: str, cache_key: str) -> str:
+    return child(name, f"collect-{_short(cache_key)}")
+
+
 def download_config_map(name: str) -> str:
     return child(name, "download-script")
 

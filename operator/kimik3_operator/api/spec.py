@@ -87,6 +87,9 @@ class ModelCacheSpec:
     size: str = "2Ti"
     storage_class_name: str = ""
     access_mode: CacheAccessMode = "ReadWriteMany"
+    # The download: connections at once (across files and within a large one), chunk size.
+    connections: int = 32
+    chunk_size: str = "16Mi"
 
 
 @dataclass(frozen=True)

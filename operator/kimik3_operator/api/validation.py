@@ -13,6 +13,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+from kimik3_operator.api.quantities import quantity_bytes
 from kimik3_operator.api.spec import KimiK3DeploymentSpec, SpecError, json_name
 
 PERCENT = re.compile(r"^[0-9]+%$")
@@ -154,6 +155,26 @@ def _cache_errors(spec: KimiK3DeploymentSpec) -> list[SpecError]:
                 cache.access_mode,
                 "a read-only cache must be a volume you filled",
                 "name it in model.cache.claimName, or use ReadWriteMany for the operator's own",
+            )
+        )
+    if not 1 <= cache.connections <= 64:
+        found.append(
+            SpecError(
+                "spec.model.cache.connections",
+                cache.connections,
+                "must be between 1 and 64",
+                "32 (the default) fills most links; raise it where each connection is slow",
+            )
+        )
+    if not QUANTITY.match(cache.chunk_size) or not (
+        1 << 20 <= quantity_bytes(cache.chunk_size) <= 1 << 30
+    ):
+        found.append(
+            SpecError(
+                "spec.model.cache.chunkSize",
+                cache.chunk_size,
+                "must be a size between 1Mi and 1Gi",
+                'write it as "16Mi" (the default) or "64Mi"',
             )
         )
     if not QUANTITY.match(cache.size):

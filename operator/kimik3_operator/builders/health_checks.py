@@ -1,14 +1,14 @@
 """The leader's health checks (the startup, readiness and liveness probes of its pod), with
 a start-up budget derived from the weight size.
 
-Start-up budget (seconds) = ENGINE_INIT_SECONDS
-    + weight_bytes / nodes_per_replica / load_bytes_per_second_per_node
-
-Each node loads only its own shard of the weights, so the load time falls with the node
-count. Loading from the Hub is slower than from a volume (a PVC source or the model cache),
-so the two differ; with the model cache the weight size is the one its download measured.
-For Kimi-K3 (about 1.7 TB) on 2 nodes from the Hub: 900 + 1.7e12 / 2 / 250e6 = 4300 s;
-from the cache: 900 + 1.7e12 / 2 / 1e9 = 1750 s.
+Start-up budget (seconds) = ENGINE_INIT_SECONDS + the weights' time, where the weights' time
+  from a volume (a PVC source or the model cache) = weight_bytes / nodes_per_replica / 1 GB/s:
+    each node reads only its own shard;
+  from the Hub = weight_bytes / 250 MB/s: every pod downloads the whole checkpoint into its
+    own storage before it loads its shard, so more nodes do not make it shorter.
+With the model cache the weight size is the one its download measured.
+For Kimi-K3 (about 1.7 TB) on 2 nodes from the cache: 900 + 1.7e12 / 2 / 1e9 = 1750 s;
+from the Hub: 900 + 1.7e12 / 250e6 = 7700 s.
 """
 
 from __future__ import annotations
@@ -27,8 +27,11 @@ STARTUP_PERIOD_SECONDS: Final = 30
 
 def startup_budget_seconds(spec: KimiK3DeploymentSpec, weight_bytes: int | None = None) -> int:
     from_volume = spec.model.source.pvc is not None or spec.model.cache is not None
-    rate = VOLUME_LOAD_BYTES_PER_SECOND if from_volume else HUB_LOAD_BYTES_PER_SECOND
-    load = (weight_bytes or KIMI_K3_WEIGHT_BYTES) / spec.nodes_per_replica / rate
+    weights = weight_bytes or KIMI_K3_WEIGHT_BYTES
+    if from_volume:
+        load = weights / spec.nodes_per_replica / VOLUME_LOAD_BYTES_PER_SECOND
+    else:
+        load = weights / HUB_LOAD_BYTES_PER_SECOND
     return ENGINE_INIT_SECONDS + math.ceil(load)
 
 

@@ -11,6 +11,7 @@ from typing import Any
 from kimik3_operator.api import constants as c
 from kimik3_operator.api import names
 from kimik3_operator.api.pairing import ResolvedDrafter
+from kimik3_operator.api.quantities import decimal_quantity, quantity_bytes
 from kimik3_operator.api.spec import KimiK3DeploymentSpec
 from kimik3_operator.builders.command import MODEL_MOUNT, SERVE, Role, serve_args
 from kimik3_operator.builders.common import (
@@ -42,20 +43,6 @@ GIB = 2**30
 # vLLM's host process beside the shared memory: the API server, tokenizer, CUDA context,
 # pinned staging buffers. The default memory request is sharedMemory plus this.
 MEMORY_HEADROOM_GIB = 32
-UNITS = (
-    ("Ki", 2**10),
-    ("Mi", 2**20),
-    ("Gi", 2**30),
-    ("Ti", 2**40),
-    ("Pi", 2**50),
-    ("Ei", 2**60),
-    ("k", 10**3),
-    ("M", 10**6),
-    ("G", 10**9),
-    ("T", 10**12),
-    ("P", 10**15),
-    ("E", 10**18),
-)
 PORT_NAME = "http"
 HF_HOME = "/cache/huggingface"
 
@@ -188,25 +175,9 @@ def _resources(spec: KimiK3DeploymentSpec) -> dict[str, Any]:
     return {"requests": requests, "limits": dict(amounts)}
 
 
-def decimal_quantity(amount: int) -> str:
-    """A byte count as Kubernetes writes it back: the largest decimal suffix that divides it."""
-    for suffix, power in (("E", 18), ("P", 15), ("T", 12), ("G", 9), ("M", 6), ("k", 3)):
-        if amount and amount % 10**power == 0:
-            return f"{amount // 10**power}{suffix}"
-    return str(amount)
-
-
 def default_memory_request(shared_memory: str) -> str:
     """spec.resources.sharedMemory plus MEMORY_HEADROOM_GIB, in Gi."""
     return f"{ceil(quantity_bytes(shared_memory) / GIB) + MEMORY_HEADROOM_GIB}Gi"
-
-
-def quantity_bytes(quantity: str) -> int:
-    """A Kubernetes memory quantity in bytes (the forms the CRD's pattern allows)."""
-    for suffix, factor in UNITS:
-        if quantity.endswith(suffix):
-            return int(float(quantity[: -len(suffix)]) * factor)
-    return int(float(quantity))
 
 
 def _volumes(spec: KimiK3DeploymentSpec, owner: Owner) -> list[dict[str, Any]]:

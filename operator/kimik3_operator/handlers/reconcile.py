@@ -24,6 +24,7 @@ from kimik3_operator.builders.children import build_children
 from kimik3_operator.builders.common import Owner, with_spec_hash
 from kimik3_operator.builders.model_cache import (
     build_cache_claim,
+    build_collect_job,
     build_download_config_map,
     build_download_job,
     cache_claim_name,
@@ -52,7 +53,14 @@ from kimik3_operator.preflight.probe import ProbeState, probe_state, report_stat
 from kimik3_operator.preflight.table import load_table
 from kimik3_operator.redact import redact
 from kimik3_operator.status_input import with_readable_status
-from kimik3_operator.weights.state import CacheState, cache_state, startup_section
+from kimik3_operator.weights.state import (
+    CacheState,
+    cache_state,
+    ready_since,
+    startup_section,
+    wants_collection,
+    with_collection,
+)
 
 if TYPE_CHECKING:  # the runtime feeds the ledger; the reconcile only reads it
     from kimik3_operator.runtime.gpu_ledger import GpuLedger
@@ -275,7 +283,7 @@ def _deploy(
         check_names(
             kube, build_children(spec, owner, pod_monitor_available=pod_monitor_installed), owner
         )
-        cache = _model_cache(kube, spec, owner, body, result)
+        cache = _model_cache(kube, spec, owner, body, result, clock)
         children = build_children(
             # No serving pod may start on a replaced, empty volume, not even one LWS recreates;
             # a parked deployment frees its accelerators.
@@ -333,7 +341,9 @@ def _deploy(
     )
     status = body.get("status") or {}
     numbers, speculation = speculation_update(spec, status, context.readings.acceptance)
-    final = final_observation(observation, gate, cache, speculation)
+    if cache is not None and lws_installed and gate.deploy:
+        cache = _collect_old_revisions(kube, spec, owner, cache, pods, observation, result)
+    final = final_observation(observation, gate, cache, speculation, spec)
     startup = startup_section(cache, pods, spec.replicas, final.ready_replicas)
     _write_status(
         kube,
@@ -452,6 +462,7 @@ def _model_cache(
     owner: Owner,
     body: Mapping[str, Any],
     result: ReconcileResult,
+    clock: Callable[[], str],
 ) -> CacheState | None:
     """The claim and the download Job for this spec's weights, and where they stand."""
     if spec.model.cache is None:
@@ -475,7 +486,7 @@ def _model_cache(
         _apply_children(kube, [with_spec_hash(build_download_config_map(owner))], owner, result)
         _create_missing(kube, [with_spec_hash(build_download_job(spec, owner))], owner, result)
     _delete_other_downloads(kube, owner, key, result)
-    return cache_state(
+    found = cache_state(
         key=key,
         claim_name=claim_name,
         job_name=job_name,
@@ -484,6 +495,41 @@ def _model_cache(
         pods=kube.list("v1", "Pod", owner.namespace, label_selector=f"{c.CACHE_KEY_LABEL}={key}"),
         stored=stored,
     )
+    return ready_since(found, clock())
+
+
+def _collect_old_revisions(
+    kube: Kube,
+    spec: KimiK3DeploymentSpec,
+    owner: Owner,
+    cache: CacheState,
+    pods: Sequence[Obj],
+    observation: Observation,
+    result: ReconcileResult,
+) -> CacheState:
+    """Once the rollout to this revision is complete, a Job deletes what only the revisions
+    no longer asked for use, in a claim the operator made (one somebody else named may hold
+    other deployments' weights)."""
+    if spec.model.cache is None or spec.model.cache.claim_name:
+        return cache
+    if not wants_collection(cache, pods, spec.replicas, observation.ready_replicas):
+        return cache
+    keep = [
+        {"repo": str(r.get("repo")), "commit": str(r.get("commit"))}
+        for r in cache.repos
+        if r.get("repo") and r.get("commit")
+    ]
+    if not keep:
+        return cache
+    _create_missing(
+        kube, [with_spec_hash(build_collect_job(spec, owner, cache.key, keep))], owner, result
+    )
+    collect_pods = [
+        p
+        for p in pods
+        if ((p.get("metadata") or {}).get("labels") or {}).get(c.COLLECT_KEY_LABEL) == cache.key
+    ]
+    return with_collection(cache, collect_pods)
 
 
 def _create_missing(
@@ -499,15 +545,20 @@ def _create_missing(
 
 
 def _delete_other_downloads(kube: Kube, owner: Owner, key: str, result: ReconcileResult) -> None:
-    """A download for a revision no longer asked for only takes bandwidth from this one."""
-    selector = (
-        f"{c.LABEL_INSTANCE}={owner.name},{c.LABEL_COMPONENT}={c.COMPONENT_DOWNLOAD},"
-        f"{c.LABEL_MANAGED_BY}={c.OPERATOR_NAME}"
-    )
-    for job in kube.list("batch/v1", "Job", owner.namespace, label_selector=selector):
-        meta = job["metadata"]
-        if (meta.get("labels") or {}).get(c.CACHE_KEY_LABEL) != key:
-            _delete_owned(kube, "batch/v1", "Job", meta["name"], owner, result)
+    """A download for a revision no longer asked for only takes bandwidth from this one; a
+    collection made for another revision would keep the wrong one."""
+    for component, label in (
+        (c.COMPONENT_DOWNLOAD, c.CACHE_KEY_LABEL),
+        (c.COMPONENT_COLLECT, c.COLLECT_KEY_LABEL),
+    ):
+        selector = (
+            f"{c.LABEL_INSTANCE}={owner.name},{c.LABEL_COMPONENT}={component},"
+            f"{c.LABEL_MANAGED_BY}={c.OPERATOR_NAME}"
+        )
+        for job in kube.list("batch/v1", "Job", owner.namespace, label_selector=selector):
+            meta = job["metadata"]
+            if (meta.get("labels") or {}).get(label) != key:
+                _delete_owned(kube, "batch/v1", "Job", meta["name"], owner, result)
 
 
 def _crd_exists(kube: Kube, name: str) -> bool:

@@ -34,11 +34,12 @@ def final_observation(
     gate: Gate | None,
     cache: CacheState | None,
     speculation: Condition | None = None,
+    spec: KimiK3DeploymentSpec | None = None,
 ) -> Observation:
     """The conditions the status ends with: the pods' (with the GPU ledger's counts), as
     the preflight gate and the model cache leave them, and the acceptance reader's."""
     final = gated_observation(observation, gate) if gate is not None else observation
-    final = with_model_cache(final, cache)
+    final = with_model_cache(final, cache, spec)
     gate_conditions = gate.conditions if gate is not None else ()
     extra = (speculation,) if speculation is not None else ()
     return Observation(

@@ -3,6 +3,7 @@ start-up phase of the whole deployment: pure, from the objects the watches hold.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -10,6 +11,7 @@ from typing import Any, Literal
 
 from kimik3_operator.api import constants as c
 from kimik3_operator.api.constants import ConditionType, Reason
+from kimik3_operator.api.spec import KimiK3DeploymentSpec
 from kimik3_operator.conditions import Condition
 from kimik3_operator.observe import IMAGE_PULL_REASONS, Observation
 
@@ -33,6 +35,11 @@ class CacheState:
     claim_uid: str = ""
     # The claim was deleted and made anew since the cache was Ready: an empty volume.
     volume_replaced: bool = False
+    ready_at: str = ""  # when the cache for this key was first seen Ready
+    # What the volume holds for revisions no longer asked for, until they are collected.
+    old_revisions: tuple[str, ...] = ()
+    old_bytes: int = 0
+    bytes_freed: int | None = None
 
     @property
     def ready(self) -> bool:
@@ -110,12 +117,17 @@ def cache_state(
         and claim is not None
         and not replaced
     ):
+        freed = stored.get("bytesFreed")
         return state(
             "Ready",
             Reason.CACHE_READY,
             str(stored.get("message") or "the weights are in the cache, verified"),
             bytes_total=int(stored.get("bytesTotal") or 0),
             repos=tuple(stored.get("repos") or ()),
+            ready_at=str(stored.get("readyAt") or ""),
+            old_revisions=tuple(str(r) for r in stored.get("oldRevisions") or ()),
+            old_bytes=int(stored.get("oldBytes") or 0),
+            bytes_freed=int(freed) if isinstance(freed, int) else None,
         )
     newest = sorted(pods, key=_created)
     for pod in reversed(newest):
@@ -130,21 +142,28 @@ def cache_state(
                 f"{total} bytes in {claim_name}, sizes and checksums verified: {listed}",
                 bytes_total=total,
                 repos=repos,
+                old_revisions=tuple(str(r) for r in report.get("oldRevisions") or ())[:20],
+                old_bytes=int(report.get("oldBytes") or 0),
             )
     failed = _job_condition(job, "Failed")
     if failed is not None:
-        problems = next(
-            (r.get("problems") for r in map(_report, reversed(newest)) if r and r.get("problems")),
-            None,
-        )
+        last = next((r for r in map(_report, reversed(newest)) if r and r.get("problems")), {})
+        problems = [str(p) for p in last.get("problems") or []]
         detail = (
             "; ".join(problems) if problems else f"{failed.get('reason')}: {failed.get('message')}"
         )
+        too_small = last.get("reason") == "VolumeTooSmall"
         return state(
             "Failed",
-            Reason.DOWNLOAD_FAILED,
-            f"the download Job {job_name} failed: {detail}; fix the cause and delete the Job "
-            "to try again (the files already in the cache are kept)",
+            Reason.MODEL_CACHE_TOO_SMALL if too_small else Reason.DOWNLOAD_FAILED,
+            f"the download Job {job_name} failed: {detail}; "
+            + (
+                "grow the claim (its storage class must allow expansion) or name a larger one "
+                "in spec.model.cache.claimName, then delete the Job to try again"
+                if too_small
+                else "fix the cause and delete the Job to try again (the files already in "
+                "the cache are kept)"
+            ),
         )
     if claim is None:
         return state(
@@ -180,6 +199,56 @@ def cache_state(
     if stored.get("key") == key and stored.get("phase") == "Verifying":
         return state("Verifying", Reason.VERIFYING, f"checking sizes and checksums{retry}")
     return state("Downloading", Reason.DOWNLOADING, f"the download Job {job_name} runs{retry}")
+
+
+def ready_since(cache: CacheState, now: str) -> CacheState:
+    """A cache Ready for the first time for its key is Ready from now."""
+    if cache.ready and not cache.ready_at:
+        return dataclasses.replace(cache, ready_at=now)
+    return cache
+
+
+def _serving(pods: Sequence[Obj]) -> list[Obj]:
+    return [
+        p
+        for p in pods
+        if p.get("metadata", {}).get("labels", {}).get(c.LABEL_COMPONENT)
+        in (c.COMPONENT_LEADER, c.COMPONENT_WORKER)
+        and not p.get("metadata", {}).get("deletionTimestamp")
+    ]
+
+
+def wants_collection(
+    cache: CacheState, pods: Sequence[Obj], replicas: int, ready_replicas: int
+) -> bool:
+    """Old revisions are collected once the rollout to this one is complete: every group
+    ready, every serving pod ready and made after this revision was in the cache (so none
+    of them can be reading an old one)."""
+    serving = _serving(pods)
+    return (
+        cache.ready
+        and bool(cache.old_revisions)
+        and bool(cache.ready_at)
+        and replicas > 0
+        and ready_replicas >= replicas
+        and bool(serving)
+        and all(_created(p) >= cache.ready_at and _pod_ready(p) for p in serving)
+    )
+
+
+def with_collection(cache: CacheState, collect_pods: Sequence[Obj]) -> CacheState:
+    """The collect Job's report, once in: the bytes freed, and nothing old left."""
+    for pod in sorted(collect_pods, key=_created, reverse=True):
+        report = _report(pod)
+        if report and report.get("phase") == "Collected":
+            freed = report.get("bytesFreed")
+            return dataclasses.replace(
+                cache,
+                old_revisions=(),
+                old_bytes=0,
+                bytes_freed=int(freed) if isinstance(freed, int) else 0,
+            )
+    return cache
 
 
 def cache_condition(cache: CacheState) -> Condition:
@@ -227,6 +296,12 @@ def cache_section(cache: CacheState, stored: Mapping[str, Any]) -> dict[str, Any
     if cache.ready:
         section.update({"bytesTotal": cache.bytes_total, "bytesDone": cache.bytes_total})
         section["repos"] = [dict(r) for r in cache.repos]
+        if cache.ready_at:
+            section["readyAt"] = cache.ready_at
+        if cache.old_revisions:
+            section.update({"oldRevisions": list(cache.old_revisions), "oldBytes": cache.old_bytes})
+        if cache.bytes_freed is not None:
+            section["bytesFreed"] = cache.bytes_freed
     moving = section.get("verifiedBytes" if cache.phase == "Verifying" else "bytesDone")
     section["progress"] = progress_text(
         cache.phase, int(moving or 0), int(section.get("bytesTotal") or 0)
@@ -251,16 +326,7 @@ def startup_section(
             "Downloading" if cache.phase in ("Downloading", "Verifying") else "WaitingForCache"
         )
         return {"phase": phase, "message": cache.message}
-    serving = sorted(
-        (
-            p
-            for p in pods
-            if p.get("metadata", {}).get("labels", {}).get(c.LABEL_COMPONENT)
-            in (c.COMPONENT_LEADER, c.COMPONENT_WORKER)
-            and not p.get("metadata", {}).get("deletionTimestamp")
-        ),
-        key=_created,
-    )
+    serving = sorted(_serving(pods), key=_created)
     if replicas and ready_replicas >= replicas:
         return {"phase": "Ready", "message": f"{ready_replicas} of {replicas} groups ready"}
     unscheduled = [p for p in serving if not p.get("spec", {}).get("nodeName")]
@@ -285,10 +351,35 @@ def startup_section(
     return section
 
 
-def with_model_cache(observation: Observation, cache: CacheState | None) -> Observation:
-    """ModelCached added; while the weights are not there, Progressing says so."""
+def every_pod_downloads(spec: KimiK3DeploymentSpec) -> Condition | None:
+    """Without the model cache each serving pod downloads the whole checkpoint from the Hub
+    into its own ephemeral storage: said, where there is more than one pod."""
+    if spec.model.cache is not None or spec.model.source.pvc is not None:
+        return None
+    pods = spec.replicas * spec.nodes_per_replica
+    if pods <= 1:
+        return None
+    return Condition(
+        ConditionType.MODEL_CACHED,
+        "False",
+        Reason.NO_MODEL_CACHE,
+        f"no spec.model.cache: each of the {pods} serving pods ({spec.nodes_per_replica} per "
+        f"group, {spec.replicas} groups) downloads the whole checkpoint of {spec.model.repo} "
+        "from the Hub into its own ephemeral storage, and again after every restart; set "
+        "spec.model.cache to download it once into a volume they all read",
+    )
+
+
+def with_model_cache(
+    observation: Observation, cache: CacheState | None, spec: KimiK3DeploymentSpec | None = None
+) -> Observation:
+    """ModelCached added; while the weights are not there, Progressing says so. Without a
+    cache, ModelCached says when every pod downloads the checkpoint itself."""
     if cache is None:
-        return observation
+        warning = every_pod_downloads(spec) if spec is not None else None
+        if warning is None:
+            return observation
+        return dataclasses.replace(observation, conditions=(*observation.conditions, warning))
     conditions = [*observation.conditions, cache_condition(cache)]
     summary = observation.summary_reason
     if not cache.ready:
