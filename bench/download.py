@@ -216,9 +216,9 @@ def measure(
     hub.bytes_per_second = 0
     before = run_link(hub, repo, fresh())
     hub.bytes_per_second = cap
-    # The better of two runs each: the page cache's writeback makes single runs noisy.
-    ours, ours_fetch = min(run_ours(hub, repo, fresh()) for _ in range(2))
-    bare_fetch = min(run_ours(hub, repo, fresh(), checksums=False)[1] for _ in range(2))
+    # The best of three runs each: the page cache's writeback makes single runs noisy.
+    ours, ours_fetch = min(run_ours(hub, repo, fresh()) for _ in range(3))
+    bare_fetch = min(run_ours(hub, repo, fresh(), checksums=False)[1] for _ in range(3))
     cache = fresh()
     hf8 = run_hf(hub, repo, cache, 8)
     hf8_sha = hf8 + sha_pass(cache)

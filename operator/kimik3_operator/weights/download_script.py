@@ -57,7 +57,7 @@ READ_TIMEOUT = 30.0
 CHUNK_ATTEMPTS = 6
 MAX_REDIRECTS = 5
 # Chunks that arrive ahead of their file's hashing are kept in memory up to this much.
-AHEAD_BYTES = 512 * 1024 * 1024
+AHEAD_BYTES = 1024 * 1024 * 1024
 SAVE_SECONDS = 0.5
 ENDGAME_PIECES = 4
 EXIT_RETRY = 1

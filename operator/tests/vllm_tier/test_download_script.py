@@ -8,6 +8,7 @@ revision is collected."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import pathlib
@@ -245,7 +246,7 @@ def test_a_large_file_comes_over_several_connections_at_once(
     # Every byte once, in ranges of at most a chunk (the last chunks cut finer).
     covered = sorted(ranges)
     assert covered[0][0] == 0 and sum(size for _, size in covered) == WEIGHTS
-    assert all(a + n == b for (a, n), (b, _) in zip(covered, covered[1:], strict=False))
+    assert all(a + n == b for (a, n), (b, _) in itertools.pairwise(covered))
     assert len(covered) >= 4 and max(size for _, size in covered) <= 1024 * 1024
     # Four chunks of a second each at the per-connection cap, side by side: less than the
     # four seconds one connection needs for the file, with the interpreter's start-up.
