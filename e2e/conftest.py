@@ -22,8 +22,11 @@ from typing import Any
 import pytest
 import yaml
 
+from e2e.play_probe import terminated_patch
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 RUN = ROOT / "e2e" / ".run"
+CACHE_KEY_LABEL = "serving.kimik3.io/cache-key"
 KUBECONFIG = RUN / "kubeconfig"
 CRD = ROOT / "manifests" / "crd" / "kimik3deployments.yaml"
 API = "kimik3deployments.serving.kimik3.io"
@@ -331,3 +334,50 @@ def service_account_kubeconfig(
     }
     path.write_text(yaml.safe_dump(config))
     return path
+
+
+def cache_volume(
+    cluster: Cluster, namespace: str, claim: str, path: pathlib.Path, capacity: str = "1Gi"
+) -> None:
+    """A hostPath volume reserved for the claim the operator will create (no provisioner)."""
+    path.mkdir(parents=True, exist_ok=True)
+    name = f"cache-{namespace}"
+    manifest = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {"name": name, "labels": {"kimik3.io/e2e-test": "true"}},
+        "spec": {
+            "capacity": {"storage": capacity},
+            "accessModes": ["ReadWriteMany"],
+            "persistentVolumeReclaimPolicy": "Delete",
+            "storageClassName": "",
+            "hostPath": {"path": str(path), "type": "DirectoryOrCreate"},
+            "claimRef": {"namespace": namespace, "name": claim},
+        },
+    }
+    cluster.apply(manifest, namespace)
+
+
+@pytest.fixture
+def volumes(cluster: Cluster) -> Iterator[list[str]]:
+    made: list[str] = []
+    yield made
+    for namespace in made:
+        cluster.kubectl("delete", "pv", f"cache-{namespace}", "--wait=false", check=False)
+
+
+def play_download(
+    cluster: Cluster, namespace: str, key: str, report: dict[str, Any], label: str = CACHE_KEY_LABEL
+) -> str:
+    """Writes the download's (or the collection's) report into its finished pod, as the real
+    script does."""
+
+    def finished() -> dict[str, Any] | None:
+        pods = cluster.items("pod", namespace, f"{label}={key}")
+        done = [p for p in pods if p["status"].get("phase") == "Succeeded"]
+        return done[0] if done else None
+
+    pod = wait_for(finished, 60, f"the download pod for {key} to finish")
+    cluster.kubectl(*terminated_patch(pod, json.dumps(report)))
+    name: str = pod["metadata"]["name"]
+    return name

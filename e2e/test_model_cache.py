@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import pathlib
 import shutil
 import subprocess
 import time
@@ -24,43 +23,23 @@ from typing import Any
 
 import pytest
 
-from e2e.conftest import RUN, Cluster, OperatorProcess, describe, kimi, wait_for
+from e2e.conftest import (
+    CACHE_KEY_LABEL,
+    RUN,
+    Cluster,
+    OperatorProcess,
+    cache_volume,
+    describe,
+    kimi,
+    play_download,
+    wait_for,
+)
 from e2e.fake_hub import FakeHub
-from e2e.play_probe import terminated_patch
 from e2e.real_node import HUB_IMAGE, RealNode, build_images, start_real_node
 
 TARGET = "moonshotai/Kimi-K3"
 DRAFTER = "RedHatAI/Kimi-K3-speculator.dspark"
 WEIGHTS = 24 * 1024 * 1024
-CACHE_KEY_LABEL = "serving.kimik3.io/cache-key"
-
-
-def cache_volume(cluster: Cluster, namespace: str, claim: str, path: pathlib.Path) -> None:
-    """A hostPath volume reserved for the claim the operator will create (no provisioner)."""
-    path.mkdir(parents=True, exist_ok=True)
-    name = f"cache-{namespace}"
-    manifest = {
-        "apiVersion": "v1",
-        "kind": "PersistentVolume",
-        "metadata": {"name": name, "labels": {"kimik3.io/e2e-test": "true"}},
-        "spec": {
-            "capacity": {"storage": "1Gi"},
-            "accessModes": ["ReadWriteMany"],
-            "persistentVolumeReclaimPolicy": "Delete",
-            "storageClassName": "",
-            "hostPath": {"path": str(path), "type": "DirectoryOrCreate"},
-            "claimRef": {"namespace": namespace, "name": claim},
-        },
-    }
-    cluster.apply(manifest, namespace)
-
-
-@pytest.fixture
-def volumes(cluster: Cluster) -> Iterator[list[str]]:
-    made: list[str] = []
-    yield made
-    for namespace in made:
-        cluster.kubectl("delete", "pv", f"cache-{namespace}", "--wait=false", check=False)
 
 
 def _status(cluster: Cluster, namespace: str) -> dict[str, Any]:
@@ -229,23 +208,6 @@ def test_a_real_download_fills_the_cache_resumes_after_a_kill_and_gates_the_roll
         shutil.rmtree(host_dir, ignore_errors=True)
 
 
-def _play_download(
-    cluster: Cluster, namespace: str, key: str, report: dict[str, Any], label: str = CACHE_KEY_LABEL
-) -> str:
-    """Writes the download's (or the collection's) report into its finished pod, as the real
-    script does."""
-
-    def finished() -> dict[str, Any] | None:
-        pods = cluster.items("pod", namespace, f"{label}={key}")
-        done = [p for p in pods if p["status"].get("phase") == "Succeeded"]
-        return done[0] if done else None
-
-    pod = wait_for(finished, 60, f"the download pod for {key} to finish")
-    cluster.kubectl(*terminated_patch(pod, json.dumps(report)))
-    name: str = pod["metadata"]["name"]
-    return name
-
-
 def test_a_new_revision_is_downloaded_before_the_rollout_on_kwok(
     cluster: Cluster, namespace: str, volumes: list[str], operator: OperatorProcess
 ) -> None:
@@ -264,7 +226,7 @@ def test_a_new_revision_is_downloaded_before_the_rollout_on_kwok(
     claim = wait_for(lambda: cluster.get("pvc", "k3-model-cache", namespace), 30, "the claim")
     assert claim["metadata"]["ownerReferences"][0]["kind"] == "KimiK3Deployment"
     report = {"phase": "Ready", "bytesTotal": 1000, "repos": [{"repo": TARGET, "commit": "a" * 40}]}
-    _play_download(cluster, namespace, first, report)
+    play_download(cluster, namespace, first, report)
     lws = wait_for(
         lambda: cluster.get("leaderworkerset", "k3", namespace), 60, "the LeaderWorkerSet", explain
     )
@@ -288,7 +250,7 @@ def test_a_new_revision_is_downloaded_before_the_rollout_on_kwok(
     jobs = cluster.items("job", namespace, "app.kubernetes.io/component=download")
     assert [j["metadata"]["labels"][CACHE_KEY_LABEL] for j in jobs] == [second]
     old = f"{TARGET}@{'a' * 12}"
-    _play_download(
+    play_download(
         cluster,
         namespace,
         second,
@@ -320,7 +282,7 @@ def test_a_new_revision_is_downloaded_before_the_rollout_on_kwok(
     assert len(collect) == 1
     request = json.loads(collect[0]["spec"]["template"]["spec"]["containers"][0]["args"][0])
     assert request == {"mode": "collect", "keep": [{"repo": TARGET, "commit": "b" * 40}]}
-    _play_download(
+    play_download(
         cluster,
         namespace,
         second,

@@ -13,7 +13,15 @@ from typing import Any
 
 import yaml
 
-from e2e.conftest import Cluster, OperatorProcess, condition
+from e2e.conftest import (
+    RUN,
+    Cluster,
+    OperatorProcess,
+    cache_volume,
+    condition,
+    play_download,
+    wait_for,
+)
 from e2e.play_probe import play
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -100,6 +108,7 @@ def test_image_probe_job_then_report_then_deploy(
     namespace: str,
     operator: OperatorProcess,
     wait_condition: Callable[..., dict[str, Any]],
+    volumes: list[str],
 ) -> None:
     resource = example("kimi-k3-text-dspark.yaml")
     name = resource["metadata"]["name"]
@@ -116,9 +125,28 @@ def test_image_probe_job_then_report_then_deploy(
     os.environ["KUBECONFIG"] = str(cluster.kubeconfig)
     os.environ["PATH"] = cluster.env["PATH"]
     play(namespace)
+    # The example fills a model cache first: a volume for its claim, and on KWOK, where no
+    # container runs, the download's report played into its finished pod.
+    claim = f"{name}-model-cache"
+    cache_volume(cluster, namespace, claim, RUN / "volumes" / namespace, capacity="2Ti")
+    volumes.append(namespace)
+    key = wait_for(
+        lambda: (
+            (cluster.get("kk3d", name, namespace) or {}).get("status", {}).get("modelCache") or {}
+        ).get("key"),
+        60,
+        "the example's download Job",
+    )
+    report = {
+        "phase": "Ready",
+        "bytesTotal": 1000,
+        "repos": [{"repo": "moonshotai/Kimi-K3", "commit": "a" * 40}],
+    }
+    play_download(cluster, namespace, key, report)
     body = wait_condition(name, namespace, "Available", "True", "Available", timeout=120)
     caps = body["status"]["capabilities"]
     assert caps["source"] == "Probe"
     assert caps["vllmVersion"] == "0.33.0"
     assert caps["supportsEagle3"] is True
+    assert body["status"]["modelCache"]["phase"] == "Ready"
     assert condition(body, "CapabilitiesVerified")["status"] == "True"

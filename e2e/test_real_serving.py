@@ -39,7 +39,9 @@ from e2e.test_observability import (
 
 VLLM_CPU_IMAGE = SETTINGS["VLLM_CPU_IMAGE"]
 SPECULATIVE = {"method": "draft_model", "model": "/models/tiny", "num_speculative_tokens": 3}
-NEAR_ONE = 0.9
+# A draft model equal to the target against a random head's near 0: measured 0.95 to 1.0
+# over a run, and once below 0.9 in a 5-minute window of a few requests on a loaded machine.
+NEAR_ONE = 0.8
 PROMPTS = [
     "The operator checks the model, the drafter",
     "Speculative decoding is effective when",
@@ -235,7 +237,7 @@ def test_a_real_vllm_serves_with_speculative_decoding(
         assert speculative["method"] == "draft_model"
         # A draft model equal to the target is accepted almost always; not always, because the
         # draft's one-token steps and the target's four-token verification round bf16
-        # differently and flip an argmax now and then (measured 0.95 to 1.0 per window).
+        # differently and flip an argmax now and then (see NEAR_ONE).
         assert speculative["acceptanceRate"] >= NEAR_ONE, "a draft model equal to the target"
         assert speculative["meanAcceptanceLength"] > 3.5
         assert len(speculative["perPositionAcceptance"]) == 3
@@ -265,7 +267,7 @@ def test_a_real_vllm_serves_with_speculative_decoding(
         rate_panels = [t for t in answered if "acceptance rate" in t.lower()]
         assert rate_panels, f"no acceptance-rate panel answered: {sorted(answered)}"
         for title in rate_panels:
-            assert all(v >= NEAR_ONE for v in answered[title].values()), title
+            assert all(v >= NEAR_ONE for v in answered[title].values()), (title, answered[title])
         operator_rate = prometheus.values("kimik3_deployment_acceptance_rate")
         assert operator_rate and all(v >= NEAR_ONE for v in operator_rate.values()), operator_rate
         firing = {rule["alert"]: prometheus.query(rule["expr"]) for rule in chart_rules()}

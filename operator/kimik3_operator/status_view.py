@@ -49,6 +49,14 @@ def _startup_lines(status: Mapping[str, Any]) -> list[str]:
             f"  {bar(done / total)} {done / total:6.1%}  {done / 1e9:.1f} of {total / 1e9:.1f} GB"
             f"{' verified' if verifying else ''}{tail}"
         )
+    old = cache.get("oldRevisions") or []
+    if old:
+        lines.append(
+            f"  old revisions kept until the rollout completes: {', '.join(map(str, old))} "
+            f"({int(cache.get('oldBytes') or 0) / 1e9:.1f} GB)"
+        )
+    if cache.get("bytesFreed") is not None:
+        lines.append(f"  old revisions collected: {int(cache['bytesFreed']) / 1e9:.1f} GB freed")
     return lines
 
 

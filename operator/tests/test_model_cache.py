@@ -479,6 +479,28 @@ def test_status_view_draws_the_download() -> None:
     assert "Model cache: Downloading in k3-model-cache" in text
     assert "25.0%  425.0 of 1700.0 GB  500 MB/s  about 42m30s left" in text
     assert "██████████" in text
+    old = render_status(
+        {
+            "metadata": {"name": "k3", "namespace": "llm"},
+            "status": {
+                "modelCache": {
+                    "phase": "Ready",
+                    "claimName": "k3-model-cache",
+                    "oldRevisions": ["moonshotai/Kimi-K3@0123456789ab"],
+                    "oldBytes": 1_600_000_000_000,
+                }
+            },
+        }
+    )
+    assert "old revisions kept until the rollout completes: moonshotai/Kimi-K3@0123456789ab" in old
+    assert "(1600.0 GB)" in old
+    freed = render_status(
+        {
+            "metadata": {"name": "k3", "namespace": "llm"},
+            "status": {"modelCache": {"phase": "Ready", "bytesFreed": 1_600_000_000_000}},
+        }
+    )
+    assert "old revisions collected: 1600.0 GB freed" in freed
 
 
 def test_a_replaced_claim_is_an_empty_volume_filled_again_before_serving(
