@@ -18,11 +18,13 @@ For each shape, in the same run:
   hf-32             the same with 32 workers
   hf-8+sha256       hf-8, then the sha256 pass a user would run to verify what it wrote
 
+All of it twice: on loopback as fast as it goes, and with the link capped (--link-mbps, 800
+MB/s by default: all connections together, a NIC slower than the cores can hash).
 Each run starts from an empty cache on the same disk. huggingface_hub is the one vLLM 0.33.0
 ships (the vllm tier's venv), with Xet off (the fake Hub serves plain HTTP). Prints figures
 and the arithmetic for 1.6 TB; asserts nothing.
 
-    .venv/bin/python bench/download.py [--gb 3] [--cap-mbps 100] [--dir /var/tmp/kk3-bench]
+    .venv/bin/python bench/download.py [--gb 3] [--cap-mbps 100] [--link-mbps 800] [--keep]
 """
 
 from __future__ import annotations
