@@ -12,6 +12,7 @@ import json
 import os
 import pathlib
 import re
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -59,6 +60,14 @@ class HubFile:
     @property
     def etag(self) -> str:
         return self.sha256 if self.lfs else self.blob_id
+
+
+class QuietServer(http.server.ThreadingHTTPServer):
+    """A client that closes a connection it will not reuse is no error worth a traceback."""
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
 
 
 @dataclass
@@ -140,7 +149,7 @@ class FakeHub:
             def do_GET(self) -> None:
                 hub.handle(self, body=True)
 
-        self._server = http.server.ThreadingHTTPServer((self.host, self.port), Handler)
+        self._server = QuietServer((self.host, self.port), Handler)
         self._server.daemon_threads = True
         self.port = self._server.server_address[1]
         threading.Thread(target=self._server.serve_forever, daemon=True).start()

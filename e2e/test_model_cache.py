@@ -159,11 +159,13 @@ def test_a_real_download_fills_the_cache_resumes_after_a_kill_and_gates_the_roll
             TARGET: hub.repos[TARGET].commit,
             DRAFTER: hub.repos[DRAFTER].commit,
         }
-        # The successor fetched only the chunks the map did not list: at most the two chunks
-        # in flight at the kill come twice.
+        # The successor fetched only the chunks the map did not list: what comes twice is at
+        # most the two chunks in flight at the kill and those finished in the last half
+        # second before it, which the map (written every 0.5 s) had not recorded yet; a
+        # download started over would fetch all 25 MB again.
         served = sum(size for name in hub.repos[TARGET].files for _, size in hub.ranges(name))
         target_bytes = sum(f.size for f in hub.repos[TARGET].files.values())
-        assert target_bytes <= served <= target_bytes + 2 * 2**20, (served, target_bytes)
+        assert target_bytes <= served <= target_bytes + 4 * 2**20, (served, target_bytes)
         names = [
             p["metadata"]["name"]
             for p in cluster.items("pod", namespace, "app.kubernetes.io/component=download")

@@ -59,7 +59,7 @@ MAX_REDIRECTS = 5
 # Chunks that arrive ahead of their file's hashing are kept in memory up to this much.
 AHEAD_BYTES = 1024 * 1024 * 1024
 SAVE_SECONDS = 0.5
-ENDGAME_PIECES = 4
+STEAL_MIN_BYTES = 4 * 1024 * 1024
 EXIT_RETRY = 1
 EXIT_FINAL = 3
 CHECKED_ANY = "*"  # in verify()'s ``checked``: sizes only
@@ -423,15 +423,15 @@ def headers_for(url: str, settings: Settings) -> dict[str, str]:
 
 
 def fetch_range(
-    target: Target,
-    start: int,
-    end: int,
+    span: Span,
     pool: Connections,
     settings: Settings,
     write: Callable[[int, bytes], None],
-) -> int:
-    """Bytes [start, end) of the file: follows redirects, stops at the listed size; returns
-    how many bytes it wrote (fewer when the connection broke)."""
+) -> None:
+    """The bytes of ``span``: follows redirects, stops at the listed size, and moves
+    ``span.at`` on as it writes (less far when the connection broke)."""
+    target = span.target
+    start, end = span.at, span.end
     name = f"{target.repo}/{target.file.name}"
     url = target.location or target.url
     if time.monotonic() > settings.deadline:
@@ -469,23 +469,26 @@ def fetch_range(
         if url != target.url:
             with target.lock:
                 target.location = url
-        return _read_body(target, response, start, end, pool, url, settings, write)
+        _read_body(span, response, end, pool, url, settings, write)
+        return
     raise OSError(f"{name}: more than {MAX_REDIRECTS} redirects")
 
 
 def _read_body(
-    target: Target,
+    span: Span,
     response: http.client.HTTPResponse,
-    start: int,
-    end: int,
+    asked_end: int,
     pool: Connections,
     url: str,
     settings: Settings,
     write: Callable[[int, bytes], None],
-) -> int:
+) -> None:
+    """Reads the answer for [span.at, asked_end) into the file, up to span.end, which an
+    idle connection may pull in meanwhile (the rest of this answer is then not read)."""
+    target = span.target
+    start = span.at
     name = f"{target.repo}/{target.file.name}"
     size = target.file.size
-    wanted = end - start
     body_end = size  # where the answer's bytes end in the file
     if response.status == 206:
         found = re.fullmatch(
@@ -493,7 +496,7 @@ def _read_body(
         )
         if not found or int(found.group(1)) != start:
             pool.drop(url)
-            raise OSError(f"{name}: asked for bytes {start}-{end - 1}, the answer has none")
+            raise OSError(f"{name}: asked for bytes {start}-{asked_end - 1}, the answer has none")
         if found.group(3) != "*" and int(found.group(3)) != size:
             pool.drop(url)
             raise FinalError(
@@ -508,50 +511,78 @@ def _read_body(
         pool.drop(url)
         raise FinalError(f"{name}: the server answered {length} bytes, the Hub listed {size}")
     # Slower than the minimum rate, after a grace period, is a stall: another try.
-    limit = time.monotonic() + 30 + wanted / settings.min_rate
-    got = 0
+    limit = time.monotonic() + 30 + (asked_end - start) / settings.min_rate
     try:
-        while got < wanted:
+        while span.at < span.end:
             now = time.monotonic()
             if now > settings.deadline:
                 raise DeadlineError()
             if now > limit:
-                raise TimeoutError(f"{name}: bytes {start}-{end - 1} slower than the minimum")
-            # At most one read from the socket: a trickle returns, and the clocks are checked.
-            piece = response.read1(min(READ_SIZE, wanted - got))
+                raise TimeoutError(
+                    f"{name}: bytes {span.at}-{span.end - 1} slower than the minimum"
+                )
+            # At most one read from the socket (a trickle returns, and the clocks are
+            # checked), and never past the span's end, wherever it is now.
+            piece = response.read1(min(READ_SIZE, span.end - span.at))
             if not piece:
                 break
-            write(start + got, piece)
-            got += len(piece)
-        if got == wanted and body_end > end:
-            # More follows than this chunk asked for (a whole-file answer): not reused.
+            write(span.at, piece)
+            span.at += len(piece)
+        if span.at < span.end:
             pool.drop(url)
-        elif got == wanted and response.read(1):
+        elif body_end > span.end:
+            # More follows than is still wanted (the span was cut, or a whole-file answer).
+            pool.drop(url)
+        elif response.read(1):
             pool.drop(url)
             raise FinalError(f"{name}: the server sent more than the {size} bytes the Hub listed")
     except (OSError, http.client.HTTPException):
         pool.drop(url)
-        if got == 0:
+        if span.at == start:
             raise
     finally:
         response.close()
-    return got
 
 
-def work_items(targets: list[Target], connections: int) -> list[tuple[Target, int, int, int]]:
-    """(target, chunk, start, end) in file order. The last ``connections`` chunks are cut in
-    ENDGAME_PIECES, so the end of the download is not one connection's pace per chunk: with
-    a cap on each connection, the last large chunks alone would leave the link half idle."""
-    chunks = [(t, i) for t in targets for i in t.chunks.missing()]
-    items = []
-    for position, (target, index) in enumerate(chunks):
-        start, end = target.chunks.bounds(index)
-        pieces = ENDGAME_PIECES if position >= len(chunks) - connections else 1
-        step = max(1, -(-(end - start) // pieces))
-        bounds = [(a, min(end, a + step)) for a in range(start, end, step)] or [(start, end)]
-        target.pieces_left[index] = len(bounds)
-        items += [(target, index, a, b) for a, b in bounds]
-    return items
+@dataclass
+class Span:
+    """Bytes [at, end) of chunk ``index`` still to fetch. Near the end of the download an idle
+    connection takes the back half of the largest span in flight (steal), so the last
+    chunks are not one capped connection's pace each."""
+
+    target: Target
+    index: int
+    at: int
+    end: int
+
+
+def work_items(targets: list[Target]) -> list[Span]:
+    """One span per missing chunk, in file order."""
+    spans = []
+    for target in targets:
+        for index in target.chunks.missing():
+            start, end = target.chunks.bounds(index)
+            target.pieces_left[index] = 1
+            spans.append(Span(target, index, start, end))
+    return spans
+
+
+def steal(candidates: list[Span]) -> Span | None:
+    """The back half of the span in flight with the most left, where that is worth a request.
+    The cut stays READ_SIZE past where its owner is, and the owner never reads past its
+    span's end, so no byte is fetched twice."""
+    if not candidates:
+        return None
+    largest = max(candidates, key=lambda sp: sp.end - sp.at)
+    left = largest.end - largest.at - READ_SIZE
+    if left < STEAL_MIN_BYTES:
+        return None
+    cut = largest.end - left // 2
+    taken = Span(largest.target, largest.index, cut, largest.end)
+    with largest.target.lock:
+        largest.target.pieces_left[largest.index] += 1
+    largest.end = cut
+    return taken
 
 
 class Downloader:
@@ -569,10 +600,11 @@ class Downloader:
             found = self.local.pool = Connections()
         return found
 
-    def chunk(self, target: Target, index: int, start: int, end: int) -> None:
-        """Bytes [start, end) of chunk ``index``: the whole chunk, or one of its pieces."""
+    def chunk(self, span: Span) -> None:
+        """The bytes of ``span``, whose end another connection may pull in meanwhile."""
         if self.failure is not None:
             return
+        target, index = span.target, span.index
         fd = os.open(target.partial, os.O_WRONLY)
         digest = target.digest
 
@@ -583,23 +615,24 @@ class Downloader:
                 digest.offer(offset, data)
 
         try:
-            at, attempt = start, 0
-            while at < end:
+            attempt = 0
+            while span.at < span.end:
                 error: BaseException | None = None
                 try:
-                    at += fetch_range(target, at, end, self.pool(), self.settings, write)
+                    fetch_range(span, self.pool(), self.settings, write)
                 except (OSError, http.client.HTTPException) as exc:
                     error = exc
                 if self.failure is not None:
                     return
-                if at < end:
+                if span.at < span.end:
                     # A broken answer keeps what it wrote; the next try asks for the rest.
                     attempt += 1
                     self.progress.add_retry(f"{target.repo}/{target.file.name}: {error}")
                     if attempt >= CHUNK_ATTEMPTS:
                         raise OSError(
-                            f"{target.repo}/{target.file.name}: bytes {at}-{end - 1} not fetched "
-                            f"in {CHUNK_ATTEMPTS} tries: {error or 'the answers ended early'}"
+                            f"{target.repo}/{target.file.name}: bytes {span.at}-{span.end - 1} "
+                            f"not fetched in {CHUNK_ATTEMPTS} tries: "
+                            f"{error or 'the answers ended early'}"
                         )
                     time.sleep(min(8.0, 0.5 * 2**attempt))
             with target.lock:
@@ -644,22 +677,27 @@ class Downloader:
                 target.digest = StreamDigest(
                     target.file, target.partial, target.chunks, self.budget
                 )
-        work = iter(work_items(targets, self.settings.connections))
+        work = iter(work_items(targets))
         taking = threading.Lock()
+        in_flight: dict[int, Span] = {}
 
         def fetcher() -> None:
             while self.failure is None:
                 with taking:
-                    item = next(work, None)
-                if item is None:
-                    return
+                    item = next(work, None) or steal(list(in_flight.values()))
+                    if item is None:
+                        return
+                    in_flight[id(item)] = item
                 try:
-                    self.chunk(*item)
+                    self.chunk(item)
                 except BaseException:
                     for target in targets:
                         if target.digest is not None:
                             target.digest.stop()
                     return
+                finally:
+                    with taking:
+                        in_flight.pop(id(item), None)
 
         hash_workers = max(1, min(len(targets), self.settings.connections + 2))
         with ThreadPoolExecutor(max_workers=hash_workers) as hashers:
