@@ -81,18 +81,6 @@ def make_repo(folder: pathlib.Path, shards: list[int]) -> None:
     (folder / "model.safetensors.index.json").write_text(json.dumps(index))
 
 
-def env_for(hub: FakeHub, cache: pathlib.Path) -> dict[str, str]:
-    return {
-        **os.environ,
-        "HF_ENDPOINT": hub.url,
-        "HF_HUB_CACHE": str(cache),
-        "HF_HOME": str(cache.parent / "hf-home"),
-        "HF_HUB_DISABLE_TELEMETRY": "1",
-        "HF_HUB_DISABLE_XET": "1",
-        "HF_HUB_DISABLE_PROGRESS_BARS": "1",
-    }
-
-
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -112,7 +100,7 @@ def run_ours(
     started = time.monotonic()
     done = subprocess.run(
         [vllm_python(), str(SCRIPT), json.dumps(request)],
-        env=env_for(hub, cache),
+        env=hub.client_env(cache),
         capture_output=True,
         text=True,
         check=False,
@@ -137,7 +125,7 @@ def run_hf(hub: FakeHub, repo: str, cache: pathlib.Path, workers: int) -> float:
     started = time.monotonic()
     subprocess.run(
         [vllm_python(), "-c", HF, repo, str(workers)],
-        env=env_for(hub, cache),
+        env=hub.client_env(cache),
         capture_output=True,
         text=True,
         check=True,
@@ -211,7 +199,7 @@ def measure(
     def fresh() -> pathlib.Path:
         cache = base / "cache"
         shutil.rmtree(base / "cache", ignore_errors=True)
-        shutil.rmtree(base / "hf-home", ignore_errors=True)
+        shutil.rmtree(base / "home", ignore_errors=True)
         subprocess.run(["sync"], check=False)
         return cache
 

@@ -130,6 +130,18 @@ class FakeHub:
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
 
+    def client_env(self, cache: pathlib.Path) -> dict[str, str]:
+        """The environment for a huggingface_hub client of this Hub, caching in ``cache``."""
+        return {
+            **os.environ,
+            "HF_ENDPOINT": self.url,
+            "HF_HUB_CACHE": str(cache),
+            "HF_HOME": str(cache.parent / "home"),
+            "HF_HUB_DISABLE_TELEMETRY": "1",
+            "HF_HUB_DISABLE_XET": "1",
+            "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+        }
+
     def ranges(self, name: str) -> list[tuple[int, int]]:
         with self.lock:
             return [(start, size) for file, start, size in self.served if file == name]

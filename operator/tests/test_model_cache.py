@@ -398,22 +398,7 @@ def test_no_serving_pod_before_the_cache_is_ready(kube: FakeKube) -> None:
     assert cached["status"] == "Unknown"
 
     # The download finishes: now the LeaderWorkerSet comes, with the cache mounted.
-    job = next(o for k, o in kube.objects.items() if k[1] == "Job")
-    key = job["metadata"]["labels"]["serving.kimik3.io/cache-key"]
-    report = {"phase": "Ready", "bytesTotal": 10**12, "repos": []}
-    kube.put(
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {
-                "name": "dl-1",
-                "namespace": "llm",
-                "labels": {"serving.kimik3.io/cache-key": key},
-            },
-            "spec": {"nodeName": "cpu-1"},
-            "status": {"phase": "Succeeded", **_terminated(report)},
-        }
-    )
+    _download_done(kube, {"phase": "Ready", "bytesTotal": 10**12, "repos": []})
     result = reconcile(
         kube, key_of(kube.get(API, "KimiK3Deployment", "k3", "llm")), Context(clock=clock)
     )

@@ -76,17 +76,6 @@ def _request(port: int, mode: str = "fill", **more: Any) -> str:
     )
 
 
-def _env(hub: FakeHub, cache: pathlib.Path) -> dict[str, str]:
-    return {
-        **os.environ,
-        "HF_ENDPOINT": hub.url,
-        "HF_HUB_CACHE": str(cache),
-        "HF_HOME": str(cache.parent / "home"),
-        "HF_HUB_DISABLE_TELEMETRY": "1",
-        "HF_HUB_DISABLE_XET": "1",
-    }
-
-
 def _run(
     hub: FakeHub,
     cache: pathlib.Path,
@@ -97,7 +86,7 @@ def _run(
     """The script's report, with its exit status under "exit"."""
     done = subprocess.run(
         [vllm_python(), str(SCRIPT), _request(_free_port(), mode, **more)],
-        env={**_env(hub, cache), **(env or {})},
+        env={**hub.client_env(cache), **(env or {})},
         capture_output=True,
         text=True,
         timeout=300,
@@ -136,7 +125,7 @@ def test_fills_the_hub_cache_verified_and_readable_offline(
             "print(snapshot_download(sys.argv[1], revision='main'))",
             TARGET,
         ],
-        env={**_env(hub, cache), "HF_HUB_OFFLINE": "1", "HF_ENDPOINT": "http://127.0.0.1:9"},
+        env={**hub.client_env(cache), "HF_HUB_OFFLINE": "1", "HF_ENDPOINT": "http://127.0.0.1:9"},
         capture_output=True,
         text=True,
         check=True,
@@ -181,7 +170,7 @@ def test_a_killed_download_resumes_from_the_chunks_on_disk(
     chunk = 1024 * 1024
     first = subprocess.Popen(
         [vllm_python(), str(SCRIPT), _request(port, connections=2, chunkBytes=chunk)],
-        env=_env(hub, cache),
+        env=hub.client_env(cache),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
