@@ -62,7 +62,6 @@ SAVE_SECONDS = 0.5
 STEAL_MIN_BYTES = 4 * 1024 * 1024
 EXIT_RETRY = 1
 EXIT_FINAL = 3
-CHECKED_ANY = "*"  # in verify()'s ``checked``: sizes only
 HEX40 = re.compile(r"[0-9a-f]{40}")
 HEX64 = re.compile(r"[0-9a-f]{64}")
 
@@ -363,7 +362,6 @@ class Progress:
     files_total: int = 0
     message: str = ""
     started: float = field(default_factory=time.time)
-    targets: list[Target] = field(default_factory=list)
     present: int = 0  # bytes on disk before this run: whole blobs and finished chunks
     fetched: int = 0  # bytes written by this run
     retries: int = 0
@@ -784,7 +782,12 @@ def file_digest(path: str, f: RepoFile, progress: Progress) -> str:
 
 
 def verify(
-    plan: Plan, snapshot: str, progress: Progress, checked: set[str], workers: int = 4
+    plan: Plan,
+    snapshot: str,
+    progress: Progress,
+    checked: set[str],
+    sizes_only: bool = False,
+    workers: int = 4,
 ) -> list[str]:
     """Every file present, of the Hub's size and checksum (the blobs in ``checked`` were
     hashed while they arrived); returns what is wrong."""
@@ -796,7 +799,7 @@ def verify(
         size = os.path.getsize(path)
         if size != f.size:
             return f"{plan.repo}/{f.name}: {size} bytes, the Hub says {f.size}"
-        if f.blob in checked or CHECKED_ANY in checked:
+        if sizes_only or f.blob in checked:
             return ""
         actual = file_digest(path, f, progress)
         if actual != f.blob:
@@ -1039,7 +1042,6 @@ def fill(request: dict[str, Any], progress: Progress) -> dict[str, Any]:
         targets = list(targets_of(plans, cache_dir, settings, progress))
         room_check(cache_dir, sum(t.file.size - t.chunks.done_bytes() for t in targets))
         with progress.lock:
-            progress.targets = targets
             progress.phase = "Downloading"
         started = time.monotonic()
         problems = Downloader(settings, progress).run(targets)
@@ -1050,7 +1052,7 @@ def fill(request: dict[str, Any], progress: Progress) -> dict[str, Any]:
             f"fetched {sum(t.file.size for t in targets)} bytes in {fetch_seconds:.1f}s over "
             f"{settings.connections} connections"
         )
-        checked = {t.file.blob for t in targets} if settings.checksums else {CHECKED_ANY}
+        checked = {t.file.blob for t in targets}
     with progress.lock:
         progress.phase = "Verifying"
     problems = []
@@ -1061,7 +1063,7 @@ def fill(request: dict[str, Any], progress: Progress) -> dict[str, Any]:
         if already_verified(cache_dir, plan, snapshot):
             progress.add_verified(sum(f.size for f in plan.files))
             continue
-        found = verify(plan, snapshot, progress, checked)
+        found = verify(plan, snapshot, progress, checked, sizes_only=not settings.checksums)
         problems += found
         if not found and mode == "fill":
             path = marker_path(cache_dir, plan)
