@@ -1,5 +1,6 @@
-"""The one real node (e2e/runtime/node-up.sh): containerd, runc and a kubelet beside the KWOK
-nodes, and the images built for it without a registry (e2e/runtime/images.sh)."""
+"""The real nodes (e2e/runtime/node-up.sh N): containerd, runc and a kubelet each beside the
+KWOK nodes, kube-proxy and CoreDNS for them (e2e/runtime/services-up.sh), and the images built
+for them without a registry (e2e/runtime/images.sh)."""
 
 from __future__ import annotations
 
@@ -27,25 +28,43 @@ def _runtime_env() -> dict[str, str]:
 
 SETTINGS = _runtime_env()
 NODE_NAME = SETTINGS["NODE_NAME"]
+NODE_PREFIX = SETTINGS["NODE_PREFIX"]
 NODE_LABEL = SETTINGS["NODE_LABEL"]
+NODE_INDEX_LABEL = SETTINGS["NODE_INDEX_LABEL"]
+# The extended resource each real node advertises one of (node-up.sh): a GPU's stand-in, so a
+# group of one-"GPU" pods spreads one pod per node as GPU pods do.
+GPU_STAND_IN = SETTINGS["GPU_STAND_IN"]
 OPERATOR_IMAGE = SETTINGS["OPERATOR_IMAGE"]
 HUB_IMAGE = SETTINGS["HUB_IMAGE"]
 KUBECTL_IMAGE = SETTINGS["KUBECTL_IMAGE"]
 
 
+REAL_NODES_TOLERATION = {"key": NODE_LABEL, "operator": "Exists", "effect": "NoSchedule"}
+
+
+def any_real_node() -> dict[str, Any]:
+    """Pod spec fields that let a pod land on any real node, and only a pod that asks."""
+    return {"nodeSelector": {NODE_LABEL: "true"}, "tolerations": [REAL_NODES_TOLERATION]}
+
+
 @dataclass(frozen=True)
 class RealNode:
     name: str
-    api_host: str  # where pods reach the API server (no service proxy runs here)
+    api_host: str  # the API server's endpoint address, which pods reach directly
     api_port: str
     host_address: str  # the node's address on the bridge: where pods reach this machine
+    index: int = 0
 
     def placement(self) -> dict[str, Any]:
-        """Pod spec fields that put a pod on the real node, and only a pod that asks."""
+        """Pod spec fields that put a pod on this real node, and only a pod that asks."""
         return {
-            "nodeSelector": {NODE_LABEL: "true"},
-            "tolerations": [{"key": NODE_LABEL, "operator": "Exists", "effect": "NoSchedule"}],
+            "nodeSelector": {NODE_LABEL: "true", NODE_INDEX_LABEL: str(self.index)},
+            "tolerations": [REAL_NODES_TOLERATION],
         }
+
+    @property
+    def containerd(self) -> pathlib.Path:
+        return ROOT / "e2e" / ".run" / f"node-{self.index}" / "containerd.sock"
 
     def api_env(self) -> list[dict[str, str]]:
         return [
@@ -54,16 +73,20 @@ class RealNode:
         ]
 
 
-def start_real_node(env: dict[str, str]) -> RealNode:
-    """Starts (or reuses) the node; fails with node-up.sh's reason where it cannot run.
-    KIMIK3_REAL_NODE=off skips these tests on purpose (a machine without root)."""
+def start_real_node(env: dict[str, str], index: int = 0) -> RealNode:
+    """Starts (or reuses) real node ``index``; fails with node-up.sh's reason where it cannot
+    run. KIMIK3_REAL_NODE=off skips these tests on purpose (a machine without root)."""
     if os.environ.get("KIMIK3_REAL_NODE") == "off":
         pytest.skip("KIMIK3_REAL_NODE=off: the real-node tests do not run")
     up = subprocess.run(
-        ["bash", str(RUNTIME / "node-up.sh")], env=env, capture_output=True, text=True, check=False
+        ["bash", str(RUNTIME / "node-up.sh"), str(index)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     if up.returncode != 0:
-        raise AssertionError(f"the real node did not start: {up.stderr[-2000:]}")
+        raise AssertionError(f"real node {index} did not start: {up.stderr[-2000:]}")
     slices = subprocess.run(
         [
             "kubectl",
@@ -86,7 +109,7 @@ def start_real_node(env: dict[str, str]) -> RealNode:
             "kubectl",
             "get",
             "node",
-            NODE_NAME,
+            f"{NODE_PREFIX}{index}",
             "-o",
             "jsonpath={.status.addresses[?(@.type=='InternalIP')].address}",
         ],
@@ -95,14 +118,30 @@ def start_real_node(env: dict[str, str]) -> RealNode:
         text=True,
         check=True,
     ).stdout.strip()
-    return RealNode(NODE_NAME, slices[0], slices[1], address)
+    return RealNode(f"{NODE_PREFIX}{index}", slices[0], slices[1], address, index)
 
 
-def build_images(env: dict[str, str], *names: str) -> str:
-    """Builds (or takes from the cache) and loads the named images; returns the timings."""
+def start_real_nodes(env: dict[str, str], count: int = 2) -> list[RealNode]:
+    """``count`` real nodes with the cluster's services: kube-proxy and CoreDNS."""
+    nodes = [start_real_node(env, index) for index in range(count)]
+    services = subprocess.run(
+        ["bash", str(RUNTIME / "services-up.sh")],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if services.returncode != 0:
+        raise AssertionError(f"kube-proxy and CoreDNS did not start: {services.stderr[-2000:]}")
+    return nodes
+
+
+def build_images(env: dict[str, str], *names: str, node: int = 0) -> str:
+    """Builds (or takes from the cache) and loads the named images into real node ``node``;
+    returns the timings."""
     out = subprocess.run(
         ["bash", str(RUNTIME / "images.sh"), *names],
-        env=env,
+        env={**env, "KIMIK3_IMAGE_NODE": str(node)},
         capture_output=True,
         text=True,
         check=False,

@@ -7,7 +7,8 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source "$here/paths.sh"
 stamp="$bin/.complete"
 
-if [[ -f "$stamp" && -x "$bin/kubelet" && -f "$manifests/.complete" ]]; then
+if [[ -f "$stamp" && -x "$bin/kubelet" && -x "$bin/kube-proxy" && -x "$coredns" \
+  && -f "$manifests/.complete" ]]; then
   echo "cluster tools up to date in $bin" >&2
   echo "$bin"
   exit 0
@@ -41,6 +42,15 @@ build_k8s kube-scheduler k8s.io/kubernetes/cmd/kube-scheduler
 build_k8s kubectl k8s.io/kubernetes/cmd/kubectl
 # The one real node (e2e/runtime/node-up.sh) runs this kubelet beside the KWOK nodes.
 build_k8s kubelet k8s.io/kubernetes/cmd/kubelet
+# The real nodes' service proxy (e2e/runtime/services-up.sh).
+build_k8s kube-proxy k8s.io/kubernetes/cmd/kube-proxy
+# The cluster's DNS: CoreDNS with the plugins e2e/cluster/coredns/main.go names.
+if [[ ! -x "$coredns" ]]; then
+  echo "building coredns ($here/coredns)" >&2
+  mkdir -p "$(dirname "$coredns")"
+  (cd "$here/coredns" && go build -trimpath -ldflags "-s -w" -o "$coredns.tmp" .)
+  mv "$coredns.tmp" "$coredns"
+fi
 
 install_tool() {
   local name="$1" spec="$2" ldflags="${3:--s -w}"

