@@ -103,7 +103,8 @@ body = json.dumps({"model": "tiny", "prompt": "Kimi-K3 is served by vLLM across"
                    "max_tokens": 16, "temperature": 0}).encode()
 request = urllib.request.Request(sys.argv[1] + "/v1/completions", data=body,
                                  headers={"Content-Type": "application/json"})
-print(json.dumps(json.loads(urllib.request.urlopen(request, timeout=120).read())["choices"][0]["text"]))
+answer = json.loads(urllib.request.urlopen(request, timeout=120).read())
+print(json.dumps(answer["choices"][0]["text"]))
 """
 
 
