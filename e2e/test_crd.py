@@ -72,8 +72,44 @@ BAD_SPECS: list[tuple[str, dict[str, Any], str]] = [
     ),
     (
         "bad-architecture",
-        {"model": {"architecture": "LlamaForCausalLM"}},
-        'spec.model.architecture: Unsupported value: "LlamaForCausalLM"',
+        {"model": {"architecture": "llama; rm -rf /"}},
+        "spec.model.architecture: Invalid value",
+    ),
+    (
+        "ngram-with-repo",
+        {"drafter": {"method": "ngram", "repo": "a/b", "numSpeculativeTokens": 3}},
+        "drafter.repo is set while drafter.method is ngram",
+    ),
+    (
+        "ngram-without-tokens",
+        {"drafter": {"method": "ngram"}},
+        "drafter.method ngram needs numSpeculativeTokens",
+    ),
+    (
+        "none-with-source",
+        {"drafter": {"method": "none", "source": {"pvc": {"claimName": "d"}}}},
+        "drafter.source is set while drafter.method is ngram or none",
+    ),
+    (
+        "drafter-repo-and-source",
+        {
+            "drafter": {
+                "method": "draft_model",
+                "repo": "a/b",
+                "source": {"pvc": {"claimName": "d"}},
+            }
+        },
+        "drafter names both repo and source",
+    ),
+    (
+        "drafter-path-outside",
+        {
+            "drafter": {
+                "method": "draft_model",
+                "source": {"pvc": {"claimName": "d", "path": "a b"}},
+            }
+        },
+        "spec.drafter.source.pvc.path: Invalid value",
     ),
     (
         "zero-tp",

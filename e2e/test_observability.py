@@ -77,16 +77,24 @@ def operator_job(port: int) -> dict[str, Any]:
 
 
 def start_prometheus(
-    work: pathlib.Path, scrape_configs: list[dict[str, Any]]
+    work: pathlib.Path,
+    scrape_configs: list[dict[str, Any]],
+    rules: list[dict[str, Any]] | None = None,
 ) -> tuple[subprocess.Popen[bytes], Prometheus]:
-    """Debian's Prometheus on 127.0.0.1, scraping every second; the caller stops it."""
+    """Debian's Prometheus on 127.0.0.1, scraping and evaluating ``rules`` every second; the
+    caller stops it."""
     binary = shutil.which("prometheus")
     assert binary, "Debian's prometheus package is needed (.ci/run installs it)"
     work.mkdir(parents=True, exist_ok=True)
-    config = {
+    config: dict[str, Any] = {
         "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
         "scrape_configs": scrape_configs,
     }
+    if rules:
+        (work / "rules.yml").write_text(
+            yaml.safe_dump({"groups": [{"name": "kimik3", "rules": rules}]})
+        )
+        config["rule_files"] = [str(work / "rules.yml")]
     (work / "prometheus.yml").write_text(yaml.safe_dump(config))
     port = free_port()
     process = subprocess.Popen(

@@ -11,14 +11,13 @@ the target and the drafter, then stops with "Model does not support EAGLE3 inter
   spent, freeing the node's "GPU" (a CPU core here).
 
 Test-only settings, because Kimi-K3 and GPUs cannot run here: the tiny Gemma stands in for the
-checkpoint (model.source.pvc); the EAGLE3 head is on the volume for serving (given by the
-operator's KIMIK3_TEST_SPECULATIVE_CONFIG, for a resource whose preflight is Disabled) and on
-a local fake Hub for the probe; --load-format dummy spares writing the head's weights.
+checkpoint (model.source.pvc, model.architecture GemmaForCausalLM); the EAGLE3 head is on the
+volume for serving (drafter.source.pvc) and on a local fake Hub for the probe (drafter.repo);
+--load-format dummy spares writing the head's weights.
 bench/crash_ratio.py runs both scenarios and prints the ratio of their times."""
 
 from __future__ import annotations
 
-import json
 import pathlib
 import time
 from collections.abc import Callable, Iterator
@@ -33,7 +32,11 @@ from e2e.real_node import RealNode, start_real_node
 from e2e.test_real_serving import _serving_spec, forget_model_volume, model_volume
 
 HEAD_REPO = "tiny/eagle3-head"
-SERVED_HEAD = {"method": "eagle3", "model": "/models/head", "num_speculative_tokens": 3}
+SERVED_HEAD = {
+    "method": "eagle3",
+    "source": {"pvc": {"claimName": "tiny-model", "path": "head"}},
+    "numSpeculativeTokens": 3,
+}
 
 
 def make_gemma_and_head(cluster: Cluster, namespace: str) -> pathlib.Path:
@@ -55,6 +58,7 @@ def gemma_and_head(cluster: Cluster, namespace: str) -> Iterator[pathlib.Path]:
 def gemma_spec(node: RealNode) -> dict[str, Any]:
     spec: dict[str, Any] = _serving_spec(node)
     spec["model"]["source"]["pvc"]["path"] = "gemma"
+    spec["model"]["architecture"] = "GemmaForCausalLM"
     spec["engine"]["extraArgs"] = ["--enforce-eager", "--load-format", "dummy"]
     spec["rollout"] = {"maxStartupFailures": 2}
     return spec
@@ -120,12 +124,7 @@ class Crashed:
 def crashed_and_parked(cluster: Cluster, namespace: str, node: RealNode) -> Crashed:
     """Applies the spec with the preflight Disabled; returns once it is parked and its pod
     is gone."""
-    operator = OperatorProcess(
-        cluster,
-        namespace,
-        extra_env={"KIMIK3_TEST_SPECULATIVE_CONFIG": json.dumps(SERVED_HEAD)},
-        label="-crash",
-    )
+    operator = OperatorProcess(cluster, namespace, label="-crash")
     operator.start()
     explain: Callable[[], str] = lambda: describe(cluster, "k3", namespace)  # noqa: E731
     messages: list[str] = []
@@ -140,7 +139,10 @@ def crashed_and_parked(cluster: Cluster, namespace: str, node: RealNode) -> Cras
 
     try:
         started = time.monotonic()
-        cluster.apply(kimi("k3", **gemma_spec(node)), namespace)
+        spec = gemma_spec(node)
+        spec["drafter"] = SERVED_HEAD
+        spec["preflight"] = {"mode": "Disabled"}
+        cluster.apply(kimi("k3", **spec), namespace)
 
         def named() -> dict[str, Any] | None:
             record_messages()

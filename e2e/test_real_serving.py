@@ -5,11 +5,14 @@ pod's real /metrics into status.speculative and the Accept column; a real Promet
 the same pod, and every panel of the speculative-decoding dashboard and the alerts are
 evaluated on those real vLLM series.
 
-Test-only settings, because Kimi-K3 and GPUs cannot run here: the tiny Llama stands in for the
-checkpoint (model.source.pvc, preflight Disabled); the operator's test-only setting
-KIMIK3_TEST_SPECULATIVE_CONFIG gives vLLM's CPU build a method it has (draft_model) for
-resources whose preflight is Disabled; placement.gpuResource "cpu" makes the one "GPU" a CPU
-core of the real node."""
+The spec goes the way a user's does: model.architecture LlamaForCausalLM (a class the
+capability table does not judge, so the image probe runs in the vllm-cpu image itself and the
+preflight Enforces its answer), drafter.method draft_model read from a volume
+(drafter.source.pvc).
+
+Stand-ins, because Kimi-K3 and GPUs cannot run here: the tiny Llama stands in for the
+checkpoint (model.source.pvc); placement.gpuResource "cpu" makes the one "GPU" a CPU core of
+the real node."""
 
 from __future__ import annotations
 
@@ -26,7 +29,7 @@ from typing import Any
 
 import pytest
 
-from e2e.conftest import ROOT, RUN, Cluster, OperatorProcess, describe, kimi, wait_for
+from e2e.conftest import ROOT, RUN, Cluster, OperatorProcess, condition, describe, kimi, wait_for
 from e2e.real_node import SETTINGS, RealNode, build_images, start_real_node
 from e2e.test_model_cache import cache_volume
 from e2e.test_observability import (
@@ -39,7 +42,7 @@ from e2e.test_observability import (
 )
 
 VLLM_CPU_IMAGE = SETTINGS["VLLM_CPU_IMAGE"]
-SPECULATIVE = {"method": "draft_model", "model": "/models/tiny", "num_speculative_tokens": 3}
+SPECULATIVE = {"method": "draft_model", "model": "/drafter/tiny", "num_speculative_tokens": 3}
 # A draft model equal to the target against a random head's near 0: measured 0.95 to 1.0
 # over a run, and once below 0.9 in a 5-minute window of a few requests on a loaded machine.
 NEAR_ONE = 0.8
@@ -104,7 +107,14 @@ def _serving_spec(node: RealNode) -> dict[str, Any]:
     return {
         "model": {
             "repo": "tiny",
+            "architecture": "LlamaForCausalLM",
             "source": {"pvc": {"claimName": "tiny-model", "path": "tiny"}},
+        },
+        # The target as its own draft model: every draft is accepted.
+        "drafter": {
+            "method": "draft_model",
+            "source": {"pvc": {"claimName": "tiny-model", "path": "tiny"}},
+            "numSpeculativeTokens": 3,
         },
         "engine": {
             "image": VLLM_CPU_IMAGE,
@@ -128,9 +138,10 @@ def _serving_spec(node: RealNode) -> dict[str, Any]:
             "gpuResource": "cpu",
             "nodeSelector": placement["nodeSelector"],
             "tolerations": placement["tolerations"],
+            "jobs": placement,
         },
         "resources": {"memory": "6Gi", "sharedMemory": "1Gi"},
-        "preflight": {"mode": "Disabled"},
+        "preflight": {"mode": "Enforce", "probe": True},
         "monitoring": {"podMonitor": False, "minAcceptanceRate": 0.5},
     }
 
@@ -154,7 +165,12 @@ def _complete(url: str, prompt: str) -> dict[str, Any]:
 
 
 def _prometheus(
-    work: pathlib.Path, pod_ip: str, pod: str, namespace: str, operator_port: int
+    work: pathlib.Path,
+    pod_ip: str,
+    pod: str,
+    namespace: str,
+    operator_port: int,
+    rules: list[dict[str, Any]] | None = None,
 ) -> tuple[Any, Prometheus]:
     target = {
         "targets": [f"{pod_ip}:8000"],
@@ -163,6 +179,7 @@ def _prometheus(
     return start_prometheus(
         work,
         [{"job_name": "vllm", "static_configs": [target]}, operator_job(operator_port)],
+        rules,
     )
 
 
@@ -178,7 +195,6 @@ def test_a_real_vllm_serves_with_speculative_decoding(
             "KIMIK3_SCRAPE_URL": "",  # the real pod answers on its own address
             "KIMIK3_SCRAPE_SECONDS": "2",
             "KIMIK3_ACCEPTANCE_WINDOW_SECONDS": "20",
-            "KIMIK3_TEST_SPECULATIVE_CONFIG": json.dumps(SPECULATIVE),
         },
     )
     operator.start()
@@ -204,6 +220,9 @@ def test_a_real_vllm_serves_with_speculative_decoding(
 
         wait_for(available, 600, "vLLM ready (Available)", explain)
         print(f"apply to vLLM ready: {time.monotonic() - started:.1f}s")
+        capabilities = (cluster.get("kk3d", "k3", namespace) or {})["status"]["capabilities"]
+        assert capabilities["source"] == "Probe", capabilities
+        assert capabilities["architecture"] == "LlamaForCausalLM"
         pod = cluster.items("pod", namespace, "app.kubernetes.io/component=leader")[0]
         assert pod["spec"]["nodeName"] == node.name
         args = pod["spec"]["containers"][0]["args"]
@@ -288,3 +307,94 @@ def test_a_real_vllm_serves_with_speculative_decoding(
             prometheus_process.wait(timeout=20)
         operator.stop()
         cluster.kubectl("delete", "kk3d", "k3", "-n", namespace, "--wait=false", check=False)
+
+
+def test_a_random_eagle3_head_is_reported_ineffective_and_alerts(
+    cluster: Cluster, namespace: str
+) -> None:
+    """The other way: a tiny random EAGLE3 head on the tiny Llama drafts tokens the target
+    almost never accepts. The status says SpeculationEffective=False with the minimum and the
+    measured rate, and the chart's KimiK3AcceptanceBelowMinimum fires on the real Prometheus
+    (its `for` set to 0 here, so the test need not wait the chart's minutes)."""
+    volume = model_volume(cluster, namespace, {"tiny": "llama", "head": "eagle3-head"})
+    node = start_real_node(cluster.env)
+    print(build_images(cluster.env, "vllm-cpu"))
+    operator = OperatorProcess(
+        cluster,
+        namespace,
+        extra_env={
+            "KIMIK3_SCRAPE_URL": "",
+            "KIMIK3_SCRAPE_SECONDS": "2",
+            "KIMIK3_ACCEPTANCE_WINDOW_SECONDS": "20",
+        },
+    )
+    operator.start()
+    explain: Callable[[], str] = lambda: describe(cluster, "k3", namespace)  # noqa: E731
+    prometheus_process = None
+    try:
+        spec = _serving_spec(node)
+        spec["drafter"] = {
+            "method": "eagle3",
+            "source": {"pvc": {"claimName": "tiny-model", "path": "head"}},
+            "numSpeculativeTokens": 3,
+        }
+        # The head is a config only: its weights (and the target's) are vLLM's dummy ones.
+        spec["engine"]["extraArgs"] = ["--enforce-eager", "--load-format", "dummy"]
+        cluster.apply(kimi("k3", **spec), namespace)
+
+        def available() -> dict[str, Any] | None:
+            body = cluster.get("kk3d", "k3", namespace) or {}
+            ready = condition(body, "Available").get("status") == "True"
+            return body if ready else None
+
+        body = wait_for(available, 600, "vLLM ready (Available)", explain)
+        assert body["status"]["capabilities"]["source"] == "Probe"
+        pod = cluster.items("pod", namespace, "app.kubernetes.io/component=leader")[0]
+        url = f"http://{pod['status']['podIP']}:8000"
+        rules = []
+        for rule in chart_rules():
+            if rule["alert"] == "KimiK3AcceptanceBelowMinimum":
+                rules.append({**rule, "for": "0s"})
+        prometheus_process, prometheus = _prometheus(
+            RUN / f"prometheus-{namespace}",
+            pod["status"]["podIP"],
+            pod["metadata"]["name"],
+            namespace,
+            operator.metrics_port,
+            rules,
+        )
+
+        def ineffective() -> dict[str, Any] | None:
+            for prompt in PROMPTS:
+                _complete(url, prompt)
+            body = cluster.get("kk3d", "k3", namespace) or {}
+            effective = condition(body, "SpeculationEffective")
+            return body if effective.get("status") == "False" else None
+
+        body = wait_for(ineffective, 300, "SpeculationEffective=False", explain)
+        speculative = body["status"]["speculative"]
+        message = condition(body, "SpeculationEffective")["message"]
+        print(f"random head: {speculative}; {message}")
+        assert speculative["method"] == "eagle3"
+        assert speculative["acceptanceRate"] < 0.1
+        assert "0.5" in message, message  # the minimum, beside the measured rate
+
+        def firing() -> list[Any] | None:
+            _complete(url, PROMPTS[0])
+            query = 'ALERTS{alertname="KimiK3AcceptanceBelowMinimum",alertstate="firing"}'
+            try:
+                found: list[Any] = prometheus.query(query)
+            except OSError:
+                return None
+            return found or None
+
+        alerts = wait_for(firing, 120, "KimiK3AcceptanceBelowMinimum firing")
+        print(f"firing: {alerts}")
+        assert "Traceback" not in operator.log.read_text()
+    finally:
+        if prometheus_process is not None:
+            prometheus_process.terminate()
+            prometheus_process.wait(timeout=20)
+        operator.stop()
+        cluster.kubectl("delete", "kk3d", "k3", "-n", namespace, "--wait=false", check=False)
+        forget_model_volume(cluster, namespace, volume)

@@ -26,7 +26,13 @@ tree_key() {
     | xargs sha256sum; sha256sum "$here/base-rootfs.sh") | sha256sum | cut -c1-16
 }
 
-loaded() { ctr --address "${2:-$sock}" -n k8s.io images ls -q 2>/dev/null | grep -qx "$1"; }
+# (Listed first: with pipefail, `ctr ... | grep -q` fails whenever grep stops reading early,
+# and an image already loaded would be built again.)
+loaded() {
+  local refs
+  refs="$(ctr --address "${2:-$sock}" -n k8s.io images ls -q 2>/dev/null)" || return 1
+  grep -qx "$1" <<< "$refs"
+}
 
 load() {
   local ref="$1" archive="$2" t0

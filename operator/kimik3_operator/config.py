@@ -38,7 +38,6 @@ class Settings:
     retry_max_seconds: float = 300.0
     # Test clusters without GPUs only: a --speculative-config (JSON) used verbatim for
     # resources whose preflight is Disabled, so vLLM's CPU build can run a method it has.
-    test_speculative_config: str = ""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -64,7 +63,6 @@ class Settings:
             workers=int(env.get("KIMIK3_WORKERS", cls.workers)),
             coalesce_seconds=float(env.get("KIMIK3_COALESCE_SECONDS", cls.coalesce_seconds)),
             retry_max_seconds=float(env.get("KIMIK3_RETRY_MAX_SECONDS", cls.retry_max_seconds)),
-            test_speculative_config=env.get("KIMIK3_TEST_SPECULATIVE_CONFIG", ""),
             lease_name=env.get("KIMIK3_LEASE_NAME", cls.lease_name),
             lease_namespace=env.get("KIMIK3_LEASE_NAMESPACE") or cls.lease_namespace,
             lease_seconds=float(env.get("KIMIK3_LEASE_SECONDS", cls.lease_seconds)),

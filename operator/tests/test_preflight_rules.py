@@ -357,3 +357,101 @@ def test_random_specs_never_crash_and_every_fail_names_a_field(raw: dict[str, An
         if finding.status != "Pass":
             assert finding.reason and finding.reason[0].isupper()
             assert "spec." in finding.message or "drafter" in finding.message, finding
+
+
+TINY_LLAMA = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "vocab_size": 512,
+    "num_attention_heads": 4,
+    "num_hidden_layers": 4,
+}
+
+
+def probed(architectures: dict[str, Any], speculative: dict[str, Any] | None = None) -> Facts:
+    """Facts as the image probe reports them for a tiny non-Kimi checkpoint."""
+    return Facts(
+        TABLE,
+        target=target_facts(TINY_LLAMA, "the target's config.json (probe)"),
+        probed=architectures,
+        probed_release={"speculative": speculative or {}, "vllmVersion": "0.32.0"},
+    )
+
+
+LLAMA_CAPS = {
+    "registered": True,
+    "supportsEagle3": True,
+    "innerEagleMixin": True,
+    "supportsPipelineParallel": True,
+}
+
+
+def test_a_class_outside_the_table_needs_the_probe() -> None:
+    findings = run(model={"architecture": "LlamaForCausalLM"}, drafter={"method": "none"})
+    architecture = next(f for f in findings if f.id == "architecture")
+    assert (architecture.status, architecture.reason) == ("Unknown", "ArchitectureNeedsProbe")
+    assert verdict(findings) == "NeedsProbe"
+
+
+def test_the_probe_judges_any_registered_class() -> None:
+    spec = {
+        "model": {"architecture": "LlamaForCausalLM"},
+        "drafter": {"method": "eagle3", "repo": "org/head"},
+        "parallelism": {"tensor": 2},
+        "placement": {"gpusPerNode": 1},
+    }
+    facts = probed(
+        {"LlamaForCausalLM": LLAMA_CAPS},
+        {"ok": True, "draftArchitectures": ["Eagle3LlamaForCausalLM"]},
+    )
+    findings = run(facts, **spec)
+    assert verdict(findings) == "Pass", [f.message for f in findings if f.status != "Pass"]
+    # Gemma declares no SupportsEagle3: the seed's crash, refused from the probe's answer.
+    gemma = {**LLAMA_CAPS, "supportsEagle3": False}
+    spec["model"] = {"architecture": "GemmaForCausalLM"}
+    facts = Facts(
+        TABLE,
+        target=target_facts({**TINY_LLAMA, "architectures": ["GemmaForCausalLM"]}, "probe"),
+        probed={"GemmaForCausalLM": gemma},
+        probed_release={"speculative": {"ok": True}},
+    )
+    assert "TargetLacksEagle3" in fails(run(facts, **spec))
+
+
+def test_the_probe_refuses_an_unregistered_class() -> None:
+    facts = probed({"LlamaForCausalLM": LLAMA_CAPS, "NoSuchForCausalLM": {"registered": False}})
+    spec = {"model": {"architecture": "NoSuchForCausalLM"}, "drafter": {"method": "none"}}
+    assert "ArchitectureNotRegistered" in fails(run(facts, **spec))
+
+
+def test_ngram_and_draft_model_are_judged() -> None:
+    ngram = run(drafter={"method": "ngram", "numSpeculativeTokens": 3})
+    assert verdict(ngram) == "Pass"
+    draft = run(drafter={"method": "draft_model", "repo": "org/small", "numSpeculativeTokens": 3})
+    method = next(f for f in draft if f.id == "drafter-method")
+    assert (method.status, method.reason) == ("Unknown", "DrafterNeedsProbe")
+    missing = run(drafter={"method": "draft_model", "numSpeculativeTokens": 3})
+    assert "DrafterNotFound" in fails(missing)
+    # The probe built vLLM's speculative config with the draft model: judged.
+    facts = probed(
+        {"LlamaForCausalLM": LLAMA_CAPS},
+        {"ok": True, "draftArchitectures": ["LlamaForCausalLM"]},
+    )
+    spec = {
+        "model": {"architecture": "LlamaForCausalLM"},
+        "drafter": {"method": "draft_model", "source": {"pvc": {"claimName": "m", "path": "d"}}},
+        "parallelism": {"tensor": 2},
+        "placement": {"gpusPerNode": 1},
+    }
+    assert verdict(run(facts, **spec)) == "Pass"
+    refused = probed(
+        {"LlamaForCausalLM": LLAMA_CAPS}, {"ok": False, "error": "ValueError: vocab differs"}
+    )
+    assert "SpeculativeConfigRefused" in fails(run(refused, **spec))
+
+
+def test_the_probe_knows_the_kimi_classes_the_table_judges() -> None:
+    from kimik3_operator.api.spec import TARGET_ARCHITECTURES
+    from kimik3_operator.preflight import probe_script
+
+    assert set(probe_script.KIMI_CLASSES) == set(TARGET_ARCHITECTURES)

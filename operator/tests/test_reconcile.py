@@ -148,26 +148,64 @@ def test_subset_tolerates_server_defaults_and_quantity_strings() -> None:
 TEST_CONFIG = {"method": "draft_model", "model": "/models/tiny", "num_speculative_tokens": 3}
 
 
-def test_the_operators_test_setting_replaces_the_speculative_config(kube: FakeKube) -> None:
-    body = stored(kube, resource(preflight={"mode": "Disabled"}))
-    reconcile(kube, key_of(body), Context(clock=clock, test_config=TEST_CONFIG))
+def _serving_args(kube: FakeKube, role: str = "leaderTemplate") -> list[str]:
     lws = kube.get("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", "k3", "llm")
-    for role in ("leaderTemplate", "workerTemplate"):
-        args = lws["spec"]["leaderWorkerTemplate"][role]["spec"]["containers"][0]["args"]
-        assert json.loads(args[args.index("--speculative-config") + 1]) == TEST_CONFIG
+    spec = lws["spec"]["leaderWorkerTemplate"][role]["spec"]
+    args: list[str] = spec["containers"][0]["args"]
+    return args
+
+
+def test_a_draft_model_from_a_volume_is_chosen_in_the_spec(kube: FakeKube) -> None:
+    drafter = {
+        "method": "draft_model",
+        "source": {"pvc": {"claimName": "drafts", "path": "tiny/"}},
+        "numSpeculativeTokens": 3,
+    }
+    body = stored(kube, resource(drafter=drafter, preflight={"mode": "Disabled"}))
+    reconcile(kube, key_of(body), Context(clock=clock))
+    args = _serving_args(kube)
+    assert json.loads(args[args.index("--speculative-config") + 1]) == {
+        "method": "draft_model",
+        "model": "/drafter/tiny",
+        "num_speculative_tokens": 3,
+    }
+    lws = kube.get("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", "k3", "llm")
+    pod = lws["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]
+    assert {"name": "drafter", "mountPath": "/drafter", "readOnly": True} in pod["containers"][0][
+        "volumeMounts"
+    ]
+    assert {
+        "name": "drafter",
+        "persistentVolumeClaim": {"claimName": "drafts", "readOnly": True},
+    } in pod["volumes"]
     status = kube.get("serving.kimik3.io/v1alpha1", "KimiK3Deployment", "k3", "llm")["status"]
     assert status["speculative"]["method"] == "draft_model"
-    assert status["speculative"]["drafter"] == "/models/tiny"
+    assert status["speculative"]["drafter"] == "/drafter/tiny"
 
 
-def test_a_resource_the_preflight_checks_never_runs_what_it_did_not_check(
-    kube: FakeKube,
-) -> None:
-    body = stored(kube, resource(preflight={"mode": "Enforce", "probe": False}))
-    reconcile(kube, key_of(body), Context(clock=clock, test_config=TEST_CONFIG))
-    lws = kube.get("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", "k3", "llm")
-    args = lws["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]["containers"][0]["args"]
-    assert json.loads(args[args.index("--speculative-config") + 1])["method"] == "dspark"
+def test_ngram_drafts_from_the_prompt(kube: FakeKube) -> None:
+    drafter = {"method": "ngram", "numSpeculativeTokens": 4}
+    body = stored(kube, resource(drafter=drafter, preflight={"mode": "Enforce", "probe": False}))
+    reconcile(kube, key_of(body), Context(clock=clock))
+    args = _serving_args(kube)
+    assert json.loads(args[args.index("--speculative-config") + 1]) == {
+        "method": "ngram",
+        "num_speculative_tokens": 4,
+    }
+    status = kube.get("serving.kimik3.io/v1alpha1", "KimiK3Deployment", "k3", "llm")["status"]
+    paired = {c["type"]: c for c in status["conditions"]}["DrafterPaired"]
+    assert paired["status"] == "True" and "n-grams" in paired["message"]
+
+
+def test_a_draft_model_waits_for_the_probe(kube: FakeKube) -> None:
+    """Its class and vocabulary are only known from its config.json: NeedsProbe, no pods."""
+    drafter = {"method": "draft_model", "repo": "org/small", "numSpeculativeTokens": 3}
+    body = stored(kube, resource(drafter=drafter, preflight={"mode": "Enforce", "probe": False}))
+    reconcile(kube, key_of(body), Context(clock=clock))
+    assert kube.get("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", "k3", "llm") is None
+    status = kube.get("serving.kimik3.io/v1alpha1", "KimiK3Deployment", "k3", "llm")["status"]
+    paired = {c["type"]: c for c in status["conditions"]}["DrafterPaired"]
+    assert (paired["status"], paired["reason"]) == ("Unknown", "DrafterNeedsProbe")
 
 
 def test_the_old_annotation_does_nothing(kube: FakeKube) -> None:

@@ -50,7 +50,40 @@ def test_group_size_follows_the_gpu_count(
     ("spec", "path", "words"),
     [
         ({"replicas": "two"}, "spec.replicas", "must be an integer"),
-        ({"model": {"architecture": "Llama"}}, "spec.model.architecture", "KimiLinearForCausalLM"),
+        ({"model": {"architecture": "llama"}}, "spec.model.architecture", "KimiLinearForCausalLM"),
+        ({"model": {"architecture": "Llama/../x"}}, "spec.model.architecture", "class name"),
+        (
+            {"drafter": {"method": "ngram", "repo": "x/y", "numSpeculativeTokens": 3}},
+            "spec.drafter.repo",
+            "drafts from the prompt",
+        ),
+        ({"drafter": {"method": "ngram"}}, "spec.drafter.numSpeculativeTokens", "set it"),
+        (
+            {"drafter": {"method": "none", "source": {"pvc": {"claimName": "d"}}}},
+            "spec.drafter.source",
+            "loads no drafter",
+        ),
+        (
+            {
+                "drafter": {
+                    "method": "draft_model",
+                    "repo": "a/b",
+                    "source": {"pvc": {"claimName": "d"}},
+                }
+            },
+            "spec.drafter.repo",
+            "keep one",
+        ),
+        (
+            {
+                "drafter": {
+                    "method": "draft_model",
+                    "source": {"pvc": {"claimName": "d", "path": "../up"}},
+                }
+            },
+            "spec.drafter.source.pvc.path",
+            "without '..'",
+        ),
         ({"drafter": {"method": "medusa"}}, "spec.drafter.method", "dspark"),
         ({"parallelism": {"tensor": 0}}, "spec.parallelism.tensor", "at least 1"),
         ({"replicas": -1}, "spec.replicas", "must not be negative"),

@@ -102,6 +102,8 @@ class Reason(StrEnum):
     # Preflight (CapabilitiesVerified, DrafterPaired) and the image probe
     ARCHITECTURE_NOT_REGISTERED = "ArchitectureNotRegistered"
     ARCHITECTURE_REGISTERED = "ArchitectureRegistered"
+    ARCHITECTURE_NEEDS_PROBE = "ArchitectureNeedsProbe"
+    DRAFTER_NEEDS_PROBE = "DrafterNeedsProbe"
     AUTO_PAIRED = "AutoPaired"
     DSPARK_REFUSES_DECODE_CONTEXT_PARALLEL = "DSparkRefusesDecodeContextParallel"
     DSPARK_REFUSES_PIPELINE_PARALLEL = "DSparkRefusesPipelineParallel"

@@ -46,6 +46,8 @@ KNOWN_DRAFTER_CONFIGS: Final[dict[str, tuple[str, str]]] = {
 }
 # The Kimi-K3 checkpoint's own model_type: what mtp drafts from when no drafter is named.
 TARGET_MODEL_TYPE: Final = "kimi_k3"
+# Where a drafter read from a volume (spec.drafter.source.pvc) is mounted in the pods.
+DRAFTER_MOUNT: Final = "/drafter"
 
 
 @dataclass(frozen=True)
@@ -60,11 +62,20 @@ class ResolvedDrafter:
     draft_sample_method: SampleMethod | None
     rejection_sample_method: RejectionSampleMethod | None
     auto_paired: bool
+    # The drafter's directory in the pods when it is read from a volume (else "").
+    path: str = ""
+
+    @property
+    def location(self) -> str:
+        """Where vLLM reads the drafter: its directory on the volume, or its repo."""
+        return self.path or self.repo
 
     def speculative_config(self) -> dict[str, object]:
         """The JSON of ``--speculative-config``, with the method always explicit."""
         config: dict[str, object] = {"method": self.method}
-        if self.repo:
+        if self.path:
+            config["model"] = self.path
+        elif self.repo:
             config["model"] = self.repo
             if self.revision and self.revision != "main":
                 config["revision"] = self.revision
@@ -89,7 +100,9 @@ def resolve_drafter(spec: KimiK3DeploymentSpec) -> ResolvedDrafter | None:
     if drafter.method == "none":
         return None
     known = KNOWN_DRAFTERS.get(spec.model.repo)
-    if drafter.repo or drafter.method == "mtp" or known is None or known.method != drafter.method:
+    named = drafter.repo or drafter.source is not None
+    if named or drafter.method == "mtp" or known is None or known.method != drafter.method:
+        pvc = drafter.source.pvc if drafter.source is not None else None
         return ResolvedDrafter(
             method=drafter.method,
             repo=drafter.repo,
@@ -99,6 +112,7 @@ def resolve_drafter(spec: KimiK3DeploymentSpec) -> ResolvedDrafter | None:
             draft_sample_method=drafter.draft_sample_method,
             rejection_sample_method=drafter.rejection_sample_method,
             auto_paired=False,
+            path=f"{DRAFTER_MOUNT}/{pvc.path.strip('/')}".rstrip("/") if pvc else "",
         )
     return ResolvedDrafter(
         method=known.method,

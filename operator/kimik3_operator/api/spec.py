@@ -17,12 +17,12 @@ from typing import Any, Literal, Union, get_args, get_origin
 
 from kimik3_operator.api.pairing import ResolvedDrafter, resolve_drafter
 
-Architecture = Literal[
+KimiArchitecture = Literal[
     "KimiLinearForCausalLM",
     "KimiK3ForConditionalGeneration",
     "KimiK31ForConditionalGeneration",
 ]
-DrafterMethod = Literal["dspark", "eagle3", "dflash", "mtp", "none"]
+DrafterMethod = Literal["dspark", "eagle3", "dflash", "mtp", "draft_model", "ngram", "none"]
 Platform = Literal["nvidia", "amd"]
 # Linux capabilities a serving pod may add back: memlock for RDMA fabrics, NUMA binding.
 Capability = Literal["IPC_LOCK", "SYS_NICE"]
@@ -32,13 +32,18 @@ SampleMethod = Literal["greedy", "probabilistic"]
 RejectionSampleMethod = Literal["standard", "synthetic", "block"]
 CacheAccessMode = Literal["ReadWriteMany", "ReadOnlyMany"]
 
-TARGET_ARCHITECTURES: tuple[Architecture, ...] = get_args(Architecture)
-TEXT_ONLY_ARCHITECTURE: Architecture = "KimiLinearForCausalLM"
-MULTIMODAL_ARCHITECTURES: tuple[Architecture, ...] = (
+# The Kimi classes the capability table judges; spec.model.architecture takes any class name,
+# and the image probe judges the others.
+TARGET_ARCHITECTURES: tuple[str, ...] = get_args(KimiArchitecture)
+TEXT_ONLY_ARCHITECTURE = "KimiLinearForCausalLM"
+MULTIMODAL_ARCHITECTURES: tuple[str, ...] = (
     "KimiK3ForConditionalGeneration",
     "KimiK31ForConditionalGeneration",
 )
 EAGLE3_FAMILY: tuple[DrafterMethod, ...] = ("dspark", "eagle3", "dflash")
+# Methods that load a drafter checkpoint of their own (repo or source); mtp drafts from the
+# target's own layers, ngram from the prompt.
+CHECKPOINT_METHODS: tuple[DrafterMethod, ...] = (*EAGLE3_FAMILY, "draft_model")
 
 
 class SpecError(ValueError):
@@ -96,7 +101,7 @@ class ModelCacheSpec:
 class ModelSpec:
     repo: str = "moonshotai/Kimi-K3"
     revision: str = "main"
-    architecture: Architecture = TEXT_ONLY_ARCHITECTURE
+    architecture: str = TEXT_ONLY_ARCHITECTURE
     served_name: str = ""
     source: ModelSource = field(default_factory=lambda: ModelSource(HuggingFaceSource()))
     hf_token_secret_ref: SecretKeyRef | None = None
@@ -108,9 +113,15 @@ class ModelSpec:
 
 
 @dataclass(frozen=True)
+class DrafterSource:
+    pvc: PVCSource
+
+
+@dataclass(frozen=True)
 class DrafterSpec:
     method: DrafterMethod = "dspark"
     repo: str = ""
+    source: DrafterSource | None = None
     revision: str = "main"
     num_speculative_tokens: int | None = None
     draft_tensor_parallel_size: int | None = None

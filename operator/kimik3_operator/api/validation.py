@@ -17,6 +17,9 @@ from kimik3_operator.api.quantities import quantity_bytes
 from kimik3_operator.api.spec import KimiK3DeploymentSpec, SpecError, json_name
 
 PERCENT = re.compile(r"^[0-9]+%$")
+# The CRD's patterns for spec.model.architecture and spec.drafter.source.pvc.path.
+ARCHITECTURE = re.compile(r"^[A-Z][A-Za-z0-9_]{0,99}$")
+DRAFTER_PATH = re.compile(r"^[A-Za-z0-9._/-]{0,253}$")
 # Control characters (tab and newline aside) cannot travel into the children: the API
 # server's apply decoder refuses them, so the spec is refused here, with its field.
 CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\ufffe\uffff]")
@@ -35,6 +38,65 @@ def _strings(value: Any, path: str) -> Iterator[tuple[str, str]]:
     elif isinstance(value, list | tuple):
         for index, item in enumerate(value):
             yield from _strings(item, f"{path}[{index}]")
+
+
+def _drafter_errors(spec: KimiK3DeploymentSpec) -> list[SpecError]:
+    """The drafter's source against its method: the CRD's rules, for resources written
+    before them, and the path a volume's drafter may take."""
+    drafter, found = spec.drafter, []
+    method = drafter.method
+    if drafter.source is not None and method in ("ngram", "none"):
+        found.append(
+            SpecError(
+                "spec.drafter.source",
+                drafter.source.pvc.claim_name,
+                f"is set while drafter.method is {method}, which loads no drafter",
+                "remove drafter.source",
+            )
+        )
+    if drafter.source is not None and drafter.repo:
+        found.append(
+            SpecError("spec.drafter.repo", drafter.repo, "is set beside drafter.source", "keep one")
+        )
+    if method == "ngram" and drafter.repo:
+        found.append(
+            SpecError(
+                "spec.drafter.repo",
+                drafter.repo,
+                "is set while drafter.method is ngram, which drafts from the prompt itself",
+                "remove drafter.repo",
+            )
+        )
+    if method == "ngram" and drafter.num_speculative_tokens is None:
+        found.append(
+            SpecError(
+                "spec.drafter.numSpeculativeTokens",
+                None,
+                "is required by drafter.method ngram (vLLM has no default for it)",
+                "set it, for example to 3",
+            )
+        )
+    if drafter.source is not None:
+        pvc = drafter.source.pvc
+        if not pvc.claim_name:
+            found.append(
+                SpecError(
+                    "spec.drafter.source.pvc.claimName",
+                    "",
+                    "a PVC source must name its claim",
+                    "set claimName to the PersistentVolumeClaim holding the drafter",
+                )
+            )
+        if ".." in pvc.path.split("/") or not DRAFTER_PATH.match(pvc.path):
+            found.append(
+                SpecError(
+                    "spec.drafter.source.pvc.path",
+                    pvc.path[:253],
+                    "must be a directory inside the volume",
+                    "use letters, digits, '.', '_', '-' and '/', without '..'",
+                )
+            )
+    return found
 
 
 def errors(spec: KimiK3DeploymentSpec) -> list[SpecError]:
@@ -60,6 +122,16 @@ def errors(spec: KimiK3DeploymentSpec) -> list[SpecError]:
                 drafter.repo,
                 "is set while drafter.method is none",
                 "remove drafter.repo or choose a method",
+            )
+        )
+    found += _drafter_errors(spec)
+    if not ARCHITECTURE.match(spec.model.architecture):
+        found.append(
+            SpecError(
+                "spec.model.architecture",
+                spec.model.architecture[:100],
+                "is not a vLLM model class name",
+                "write the class from the checkpoint's config.json, e.g. KimiLinearForCausalLM",
             )
         )
     if drafter.num_speculative_tokens is not None and drafter.num_speculative_tokens < 1:

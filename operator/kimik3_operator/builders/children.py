@@ -3,7 +3,6 @@ first, since everything a user waits for starts from it."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from kimik3_operator.api.spec import KimiK3DeploymentSpec
@@ -19,11 +18,10 @@ def build_children(
     *,
     pod_monitor_available: bool = True,
     weight_bytes: int | None = None,
-    speculative_override: Mapping[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     drafter = spec.paired_drafter
     children = [
-        build_leader_worker_set(spec, owner, drafter, weight_bytes, speculative_override),
+        build_leader_worker_set(spec, owner, drafter, weight_bytes),
         build_service(spec, owner),
     ]
     if wants_pod_monitor(spec) and pod_monitor_available:

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Literal
 
 from kimik3_operator.api.pairing import ResolvedDrafter
 from kimik3_operator.api.spec import KimiK3DeploymentSpec
@@ -29,10 +28,8 @@ def serve_args(
     spec: KimiK3DeploymentSpec,
     drafter: ResolvedDrafter | None,
     role: Role,
-    speculative_override: Mapping[str, Any] | None = None,
 ) -> list[str]:
-    """Arguments after ``vllm serve``; workers differ only in rank and ``--headless``.
-    ``speculative_override``: the test-only annotation's config, used verbatim."""
+    """Arguments after ``vllm serve``; workers differ only in rank and ``--headless``."""
     par = spec.parallelism
     args = [model_location(spec), "--served-model-name", spec.served_model_name]
     if spec.model.source.pvc is None:
@@ -74,15 +71,8 @@ def serve_args(
     if spec.model.multimodal:
         # The drafters are text-only; the multimodal class serves as text with this flag.
         args.append("--language-model-only")
-    speculative = (
-        dict(speculative_override)
-        if speculative_override is not None
-        else drafter.speculative_config()
-        if drafter is not None
-        else None
-    )
-    if speculative is not None:
-        config = json.dumps(speculative, separators=(",", ":"), sort_keys=True)
+    if drafter is not None:
+        config = json.dumps(drafter.speculative_config(), separators=(",", ":"), sort_keys=True)
         args += ["--speculative-config", config]
     args += list(spec.engine.extra_args)
     return args

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kimik3_operator.api import constants as c
+from kimik3_operator.api.pairing import DRAFTER_MOUNT
 from kimik3_operator.api.spec import KimiK3DeploymentSpec
 
 
@@ -103,3 +104,16 @@ def job_placement(spec: KimiK3DeploymentSpec) -> dict[str, Any]:
     if jobs.tolerations:
         placement["tolerations"] = [dict(t) for t in jobs.tolerations]
     return placement
+
+
+def drafter_volume(spec: KimiK3DeploymentSpec) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """The volume and mount of a drafter read from a claim (spec.drafter.source.pvc), for
+    the serving pods and the probe alike; None when the drafter comes from the Hub."""
+    source = spec.drafter.source
+    if source is None or spec.drafter.method in ("ngram", "none"):
+        return None
+    volume = {
+        "name": "drafter",
+        "persistentVolumeClaim": {"claimName": source.pvc.claim_name, "readOnly": True},
+    }
+    return volume, {"name": "drafter", "mountPath": DRAFTER_MOUNT, "readOnly": True}

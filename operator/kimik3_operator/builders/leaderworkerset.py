@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from functools import cache
 from importlib import resources
 from math import ceil
@@ -16,6 +15,7 @@ from kimik3_operator.api.spec import KimiK3DeploymentSpec
 from kimik3_operator.builders.command import MODEL_MOUNT, SERVE, Role, serve_args
 from kimik3_operator.builders.common import (
     Owner,
+    drafter_volume,
     hardened,
     labels,
     metadata,
@@ -52,12 +52,10 @@ def build_leader_worker_set(
     owner: Owner,
     drafter: ResolvedDrafter | None,
     weight_bytes: int | None = None,
-    speculative_override: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """``weight_bytes``: what the model cache measured, for the start-up budget."""
     multi_node = spec.nodes_per_replica > 1
-    extra = (weight_bytes, speculative_override)
-    leader = _pod_template(spec, owner, drafter, "leader", *extra)
+    leader = _pod_template(spec, owner, drafter, "leader", weight_bytes)
     template: dict[str, Any] = {
         "size": spec.nodes_per_replica,
         # Every rank of the mp backend must start together, and a restarted rank cannot
@@ -66,7 +64,7 @@ def build_leader_worker_set(
     }
     if multi_node:
         template["leaderTemplate"] = leader
-        template["workerTemplate"] = _pod_template(spec, owner, drafter, "worker", *extra)
+        template["workerTemplate"] = _pod_template(spec, owner, drafter, "worker", weight_bytes)
     else:
         template["workerTemplate"] = leader
     meta = metadata(owner, names.leader_worker_set(owner.name), c.COMPONENT_SERVING)
@@ -102,14 +100,13 @@ def _pod_template(
     drafter: ResolvedDrafter | None,
     role: Role,
     weight_bytes: int | None,
-    speculative_override: Mapping[str, Any] | None,
 ) -> dict[str, Any]:
     component = c.COMPONENT_LEADER if role == "leader" else c.COMPONENT_WORKER
     container: dict[str, Any] = {
         "name": CONTAINER_NAME,
         "image": spec.engine.image,
         "command": serving_command(),
-        "args": serve_args(spec, drafter, role, speculative_override),
+        "args": serve_args(spec, drafter, role),
         "env": _env(spec),
         "resources": _resources(spec),
         "volumeMounts": _volume_mounts(spec),
@@ -207,6 +204,9 @@ def _volumes(spec: KimiK3DeploymentSpec, owner: Owner) -> list[dict[str, Any]]:
                 "persistentVolumeClaim": {"claimName": pvc.claim_name, "readOnly": True},
             }
         )
+    drafter = drafter_volume(spec)
+    if drafter is not None:
+        volumes.append(drafter[0])
     return volumes
 
 
@@ -219,4 +219,7 @@ def _volume_mounts(spec: KimiK3DeploymentSpec) -> list[dict[str, Any]]:
         mounts.append({"name": "model-cache", "mountPath": CACHE_MOUNT, "readOnly": True})
     if spec.model.source.pvc is not None:
         mounts.append({"name": "model", "mountPath": MODEL_MOUNT, "readOnly": True})
+    drafter = drafter_volume(spec)
+    if drafter is not None:
+        mounts.append(drafter[1])
     return mounts

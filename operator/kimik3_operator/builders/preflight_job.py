@@ -20,6 +20,7 @@ from kimik3_operator.builders.command import (
 )
 from kimik3_operator.builders.common import (
     Owner,
+    drafter_volume,
     hardened,
     job_placement,
     labels,
@@ -42,11 +43,11 @@ def probe_request(spec: KimiK3DeploymentSpec) -> dict[str, Any]:
     if spec.model.source.pvc is not None:
         target = {"path": model_location(spec)}
     drafter = spec.paired_drafter
-    drafter_location = (
-        {"repo": drafter.repo, "revision": drafter.revision}
-        if drafter is not None and drafter.repo
-        else {}
-    )
+    drafter_location: dict[str, Any] = {}
+    if drafter is not None and drafter.path:
+        drafter_location = {"path": drafter.path}
+    elif drafter is not None and drafter.repo:
+        drafter_location = {"repo": drafter.repo, "revision": drafter.revision}
     roles: tuple[Role, ...] = ("leader", "worker") if spec.nodes_per_replica > 1 else ("leader",)
     return {
         "platform": spec.engine.platform,
@@ -96,6 +97,10 @@ def build_probe_job(spec: KimiK3DeploymentSpec, owner: Owner) -> dict[str, Any]:
                 "persistentVolumeClaim": {"claimName": pvc.claim_name, "readOnly": True},
             }
         )
+    drafter = drafter_volume(spec)
+    if drafter is not None:
+        volumes.append(drafter[0])
+        mounts.append(drafter[1])
     meta = metadata(owner, names.preflight_job(owner.name, key), c.COMPONENT_PREFLIGHT)
     meta["labels"][c.PROBE_KEY_LABEL] = key
     return {

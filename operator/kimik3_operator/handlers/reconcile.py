@@ -151,7 +151,6 @@ class Context:
     clock: Callable[[], str] = now_rfc3339
     ledger: GpuLedger | None = None
     readings: Readings = field(default_factory=Readings)
-    test_config: Mapping[str, Any] | None = None
 
 
 def reconcile(kube: Kube, key: tuple[str, str], context: Context | None = None) -> ReconcileResult:
@@ -271,7 +270,6 @@ def _deploy(
 ) -> ReconcileResult:
     clock, ledger = context.clock, context.ledger
     gate = _preflight(kube, spec, owner, body, result, clock)
-    override = speculative_override(spec, context.test_config)
     lws_installed = _crd_exists(kube, c.LWS_CRD)
     pods = _pods(kube, owner) if lws_installed else []
     failures = _failure_budget(body, spec, pods)
@@ -293,7 +291,6 @@ def _deploy(
             owner,
             pod_monitor_available=pod_monitor_installed,
             weight_bytes=cache.bytes_total if cache is not None and cache.ready else None,
-            speculative_override=override,
         )
         if cache is not None and not cache.ready and not cache.volume_replaced:
             # No serving pod before the weights are there; a running LeaderWorkerSet
@@ -355,7 +352,6 @@ def _deploy(
         gate,
         cache,
         startup,
-        override,
         context.readings,
         numbers,
         failures,
@@ -442,18 +438,6 @@ def _preflight(
             f"({type(exc).__name__}: {str(exc)[:200]})",
         )
         return evaluate(spec, table, clock(), unreadable, key)
-
-
-def speculative_override(
-    spec: KimiK3DeploymentSpec, test_config: Mapping[str, Any] | None
-) -> dict[str, Any] | None:
-    """The operator's test-only --speculative-config (its setting
-    KIMIK3_TEST_SPECULATIVE_CONFIG, which only whoever deploys the operator sets), for a
-    resource whose preflight is Disabled: nothing a namespace user writes reaches it, and
-    no resource the preflight checks runs what it did not check."""
-    if test_config is None or spec.preflight.mode != "Disabled":
-        return None
-    return dict(test_config)
 
 
 def _model_cache(
@@ -604,7 +588,6 @@ def _write_status(
     gate: Gate | None = None,
     cache: CacheState | None = None,
     startup: Mapping[str, Any] | None = None,
-    override: Mapping[str, Any] | None = None,
     readings: Readings | None = None,
     speculative_numbers: Mapping[str, object] | None = None,
     startup_failures: Mapping[str, Any] | None = None,
@@ -620,7 +603,6 @@ def _write_status(
         gate,
         cache,
         startup,
-        override,
         readings,
         speculative_numbers,
         startup_failures,

@@ -75,7 +75,6 @@ def desired_status(
     gate: Gate | None = None,
     cache: CacheState | None = None,
     startup: Mapping[str, Any] | None = None,
-    speculative_override: Mapping[str, Any] | None = None,
     readings: Readings | None = None,
     speculative_numbers: Mapping[str, object] | None = None,
     startup_failures: Mapping[str, Any] | None = None,
@@ -105,9 +104,7 @@ def desired_status(
                 "gpusPerReplica": spec.gpus_per_replica,
                 "endpoint": names.endpoint(owner.name, owner.namespace, spec.service.port),
                 "speculative": _speculative(
-                    spec,
-                    speculative_numbers or current.get("speculative") or {},
-                    speculative_override,
+                    spec, speculative_numbers or current.get("speculative") or {}
                 ),
             }
         )
@@ -137,29 +134,17 @@ def _keep_checked_at(current: Mapping[str, Any], new: dict[str, Any]) -> dict[st
     return new
 
 
-def _speculative(
-    spec: KimiK3DeploymentSpec,
-    current: Mapping[str, Any],
-    override: Mapping[str, Any] | None = None,
-) -> dict[str, Any]:
-    if override is not None:
-        section = dict(current) if current.get("method") == override.get("method") else {}
-        section.update(
-            {
-                "method": str(override.get("method", "")),
-                "drafter": str(override.get("model", "")),
-                "autoPaired": False,
-            }
-        )
-        return section
+def _speculative(spec: KimiK3DeploymentSpec, current: Mapping[str, Any]) -> dict[str, Any]:
     drafter = spec.paired_drafter
     if drafter is None:
         return {"method": "none"}
-    section = dict(current) if current.get("drafter") == drafter.repo else {}
+    # The numbers measured belong to one drafter under one method.
+    same = current.get("drafter") == drafter.location and current.get("method") == drafter.method
+    section = dict(current) if same else {}
     section.update(
         {
             "method": drafter.method,
-            "drafter": drafter.repo,
+            "drafter": drafter.location,
             "autoPaired": drafter.auto_paired,
         }
     )

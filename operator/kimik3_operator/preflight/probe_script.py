@@ -22,6 +22,13 @@ from typing import Any
 
 K3_PACKAGE = "vllm.models.kimi_k3"
 TEXT_ARCHITECTURE = "KimiLinearForCausalLM"
+# The Kimi-K3 classes, answered per platform from the Kimi-K3 package (absent where a release
+# or platform lacks them); any other class asked is answered from the registry.
+KIMI_CLASSES = (
+    TEXT_ARCHITECTURE,
+    "KimiK3ForConditionalGeneration",
+    "KimiK31ForConditionalGeneration",
+)
 CLI_ARGS_MODULES = (
     "vllm.entrypoints.common.cli_args",
     "vllm.entrypoints.launchers.cli_args",
@@ -136,6 +143,13 @@ def probe_architectures(root: pathlib.Path, platform: str, wanted: list[str]) ->
     return answers
 
 
+def _inner_model(cls: type) -> type | None:
+    """The decoder a ``<Name>For...`` class runs, by vLLM's naming (``LlamaForCausalLM`` runs
+    ``LlamaModel`` from its module); None where the module has no such class."""
+    inner = getattr(sys.modules[cls.__module__], cls.__name__.split("For", 1)[0] + "Model", None)
+    return inner if isinstance(inner, type) else None
+
+
 def probe_declared_classes(architectures: list[str]) -> dict[str, Any]:
     """The capabilities of the classes a checkpoint's config.json names, whatever they are:
     vLLM instantiates the class the checkpoint declares, not the one the spec expects."""
@@ -149,7 +163,19 @@ def probe_declared_classes(architectures: list[str]) -> dict[str, Any]:
             answers[arch] = {"registered": False}
             continue
         cls = getattr(importlib.import_module(str(module)), entry.class_name)
-        answers[arch] = {**_class_capabilities(cls, None), "registered": True}
+        caps = {**_class_capabilities(cls, None), "registered": True}
+        inner = _inner_model(cls)
+        if inner is None and not str(module).startswith(K3_PACKAGE):
+            caps["innerEagleMixin"] = None  # no decoder found by name: vLLM decides at start
+        if inner is not None and not str(module).startswith(K3_PACKAGE):
+            from vllm.model_executor.models.interfaces import EagleModelMixin
+
+            caps["innerModel"] = inner.__name__
+            caps["innerEagleMixin"] = issubclass(inner, EagleModelMixin)
+            caps["innerAuxHiddenStatesOverPP"] = bool(
+                getattr(inner, "supports_aux_hidden_states_over_pp", False)
+            )
+        answers[arch] = caps
     return answers
 
 
@@ -344,8 +370,13 @@ def probe(request: dict[str, Any]) -> dict[str, Any]:
         except Exception as exc:  # a missing config is reported, not fatal
             dirs[key] = None
             report["errors"].append(f"{key} config.json: {type(exc).__name__}: {exc}"[:300])
+    # Classes outside the Kimi-K3 package (the spec's, or what the checkpoint declares) are
+    # answered from the registry and the class itself, whatever they are.
     declared = (report.get("targetConfig") or {}).get("architectures") or []
-    unknown = [str(a) for a in declared if str(a) not in report["architectures"]]
+    asked = [a for a in request["architectures"] if a not in KIMI_CLASSES]
+    unknown = [
+        str(a) for a in dict.fromkeys([*declared, *asked]) if str(a) not in report["architectures"]
+    ]
     report["architectures"].update(probe_declared_classes(unknown))
     report["speculative"] = check_speculative(request, dirs["target"], dirs["drafter"])
     report["serve"] = check_serve(request.get("serve") or {})

@@ -62,7 +62,16 @@ def drafter_condition(spec: KimiK3DeploymentSpec, findings: Sequence[Finding]) -
             Reason.NO_DRAFTER,
             "drafter.method is none: no speculative decoding",
         )
-    what = drafter.repo or f"the target's own {drafter.method} layers"
+    unknown = [f for f in mine if f.status == "Unknown"]
+    if unknown:
+        return Condition(
+            ConditionType.DRAFTER_PAIRED, "Unknown", unknown[0].reason, _summarise(unknown)
+        )
+    what = drafter.location or (
+        "from the prompt's n-grams"
+        if drafter.method == "ngram"
+        else f"the target's own {drafter.method} layers"
+    )
     if drafter.auto_paired:
         return Condition(
             ConditionType.DRAFTER_PAIRED,

@@ -16,7 +16,12 @@ from kimik3_operator.api.pairing import (
     TARGET_MODEL_TYPE,
     ResolvedDrafter,
 )
-from kimik3_operator.api.spec import EAGLE3_FAMILY, TARGET_ARCHITECTURES, KimiK3DeploymentSpec
+from kimik3_operator.api.spec import (
+    CHECKPOINT_METHODS,
+    EAGLE3_FAMILY,
+    TARGET_ARCHITECTURES,
+    KimiK3DeploymentSpec,
+)
 from kimik3_operator.preflight.drafter_methods import judge, methods_that_load
 from kimik3_operator.preflight.facts import DrafterFacts, TargetFacts
 from kimik3_operator.preflight.table import (
@@ -166,9 +171,22 @@ def check_version(ctx: Context) -> Iterable[Finding]:
 
 
 def check_architecture(ctx: Context) -> Iterable[Finding]:
+    declared = ctx.spec.model.architecture
+    if ctx.facts.probed is None and declared not in TARGET_ARCHITECTURES:
+        # The table judges the Kimi classes; any other class is the image's to answer.
+        yield Finding(
+            "architecture",
+            "Unknown",
+            Reason.ARCHITECTURE_NEEDS_PROBE,
+            (
+                f"spec.model.architecture={declared!r} is not a Kimi-K3 class, which the "
+                "capability table judges; the image probe (spec.preflight.probe) must ask the "
+                "image's own model registry and interfaces"
+            ),
+        )
+        return
     if not ctx.known():
         return
-    declared = ctx.spec.model.architecture
     caps = ctx.caps_of(declared)
     if caps is not None and caps.get("registered") is None:
         yield Finding(
@@ -176,6 +194,14 @@ def check_architecture(ctx: Context) -> Iterable[Finding]:
             "Pass",
             Reason.ARCHITECTURE_REGISTERED,
             f"{declared} serves Kimi-K3 on {ctx.platform}",
+        )
+        return
+    if caps is not None and caps.get("registered") is True and declared not in TARGET_ARCHITECTURES:
+        yield Finding(
+            "architecture",
+            "Pass",
+            Reason.ARCHITECTURE_REGISTERED,
+            f"{declared} is registered in {_release_name(ctx)}",
         )
         return
     table = ctx.facts.table
@@ -281,7 +307,9 @@ def check_eagle3(ctx: Context) -> Iterable[Finding]:
             ),
         )
         return
-    if not caps.get("innerEagleMixin"):
+    mixin = caps.get("innerEagleMixin")
+    # None: the probe found no decoder by name in a non-Kimi class; vLLM decides at start.
+    if mixin is False or (mixin is None and ctx.architecture in TARGET_ARCHITECTURES):
         yield Finding(
             "target-eagle3",
             "Fail",
@@ -481,14 +509,14 @@ def check_drafter(ctx: Context) -> Iterable[Finding]:
         return
     drafter = spec.paired_drafter
     assert drafter is not None
-    if method in ("dspark", "eagle3", "dflash") and not drafter.repo:
+    if method in CHECKPOINT_METHODS and not drafter.location:
         yield Finding(
             "drafter",
             "Fail",
             Reason.DRAFTER_NOT_FOUND,
             (
                 f"spec.drafter.repo is empty and no {method} drafter is known for "
-                f"spec.model.repo={spec.model.repo!r}; set drafter.repo"
+                f"spec.model.repo={spec.model.repo!r}; set drafter.repo or drafter.source"
             ),
             DRAFTER,
         )
@@ -550,7 +578,9 @@ def check_drafter_method(ctx: Context, drafter: ResolvedDrafter) -> Iterable[Fin
     """Whether vLLM can load this drafter under this method, after vLLM's own renaming: from
     vLLM itself when the image probe built the speculative config, else from the table."""
     method = drafter.method
-    who = drafter.repo or "the target's own MTP layers"
+    who = drafter.location or (
+        "the prompt's own n-grams" if method == "ngram" else "the target's own MTP layers"
+    )
     probed = (ctx.release() or {}).get("speculative") if ctx.facts.probed is not None else None
     if probed and "ok" in probed:
         if probed.get("ok") is True:
@@ -596,8 +626,31 @@ def check_drafter_method(ctx: Context, drafter: ResolvedDrafter) -> Iterable[Fin
             DRAFTER,
         )
         return
+    if method == "ngram":
+        # No checkpoint to load: vLLM proposes tokens by matching the prompt's n-grams.
+        yield Finding(
+            "drafter-method",
+            "Pass",
+            Reason.DRAFTER_LOADABLE_BY_METHOD,
+            "vLLM's ngram drafts from the prompt itself; there is no drafter to load",
+            DRAFTER,
+        )
+        return
     release = ctx.release()
     identity = _drafter_identity(ctx, drafter)
+    if method == "draft_model" and identity is None:
+        yield Finding(
+            "drafter-method",
+            "Unknown",
+            Reason.DRAFTER_NEEDS_PROBE,
+            (
+                f"spec.drafter.method=draft_model loads {who} as an ordinary model: its class "
+                "and vocabulary are read from its config.json by the image probe "
+                "(spec.preflight.probe)"
+            ),
+            DRAFTER,
+        )
+        return
     if release is None or identity is None:
         return
     architecture, model_type, source = identity

@@ -9,7 +9,6 @@ windows) is dropped on the delete event or when the loop no longer finds it.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -65,20 +64,6 @@ def collection_path(group_version: str, plural: str, namespace: str | None) -> s
     return f"{base}/namespaces/{namespace}/{plural}" if namespace else f"{base}/{plural}"
 
 
-def speculative_config_setting(text: str) -> dict[str, Any] | None:
-    if not text:
-        return None
-    try:
-        found = json.loads(text)
-    except ValueError:
-        found = None
-    if not isinstance(found, dict):
-        log.error("KIMIK3_TEST_SPECULATIVE_CONFIG is not a JSON object; ignored")
-        return None
-    log.warning("KIMIK3_TEST_SPECULATIVE_CONFIG is set: for test clusters without GPUs only")
-    return found
-
-
 def owner_key(obj: Mapping[str, Any]) -> Key | None:
     meta = obj.get("metadata") or {}
     name = (meta.get("labels") or {}).get(c.LABEL_INSTANCE)
@@ -111,7 +96,6 @@ class Manager:
         )
         self.queue.delay = self.settings.coalesce_seconds
         self.queue.retry_max = self.settings.retry_max_seconds
-        self.test_config = speculative_config_setting(self.settings.test_speculative_config)
         if self.settings.gpu_inventory and self.ledger is None:
             self.ledger = GpuLedger()
 
@@ -284,7 +268,6 @@ class Manager:
         context = Context(
             ledger=self.ledger,
             readings=Readings(self.acceptance.reading(key), self.progress.reading(key)),
-            test_config=self.test_config,
         )
         try:
             reconcile(self.kube, key, context)

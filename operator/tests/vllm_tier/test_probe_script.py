@@ -80,3 +80,33 @@ def test_probe_answers_like_the_table(platform: str, configs: pathlib.Path) -> N
     assert live == {
         k: v for k, v in recorded.items() if k not in ("targetConfig", "drafterConfig")
     }, "the recorded probe report the unit and end-to-end tests replay has drifted"
+
+
+def test_the_probe_judges_classes_outside_the_table(tmp_path: pathlib.Path) -> None:
+    """spec.model.architecture takes any class: the probe answers it from vLLM's registry and
+    the class itself (a Llama target that supports EAGLE3, a Gemma one that does not, and a
+    name vLLM does not know)."""
+    llama = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 512}
+    (tmp_path / "target").mkdir()
+    (tmp_path / "target" / "config.json").write_text(json.dumps(llama))
+    for architecture, expected in (
+        ("LlamaForCausalLM", {"registered": True, "supportsEagle3": True}),
+        ("GemmaForCausalLM", {"registered": True, "supportsEagle3": False}),
+        ("NoSuchForCausalLM", {"registered": False}),
+    ):
+        spec = parse_spec({"model": {"architecture": architecture}, "drafter": {"method": "none"}})
+        request = probe_request(spec)
+        request["target"] = {"path": str(tmp_path / "target")}
+        result = subprocess.run(
+            [vllm_python(), str(SCRIPT), json.dumps(request)],
+            capture_output=True,
+            text=True,
+            timeout=900,
+            check=False,
+        )
+        assert result.returncode == 0, result.stderr[-3000:]
+        report = json.loads(result.stdout.strip().splitlines()[-1])
+        answer = report["architectures"][architecture]
+        assert {k: answer.get(k) for k in expected} == expected, answer
+        if architecture == "LlamaForCausalLM":
+            assert (answer["innerModel"], answer["innerEagleMixin"]) == ("LlamaModel", True)
