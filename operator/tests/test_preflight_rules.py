@@ -455,3 +455,23 @@ def test_the_probe_knows_the_kimi_classes_the_table_judges() -> None:
     from kimik3_operator.preflight import probe_script
 
     assert set(probe_script.KIMI_CLASSES) == set(TARGET_ARCHITECTURES)
+
+
+def test_a_method_the_release_does_not_have_is_refused() -> None:
+    """The table records each release's method names (vLLM's SpeculativeMethod literal)."""
+    import copy
+
+    from kimik3_operator.preflight.table import CapabilityTable
+
+    data = copy.deepcopy(TABLE.data)
+    for version in ("0.27.1", "0.28.0"):
+        names = data["releases"][version]["speculativeMethodNames"]
+        data["releases"][version]["speculativeMethodNames"] = [n for n in names if n != "ngram"]
+    table = CapabilityTable(data)
+    spec = {"engine": image("0.27.1"), "drafter": {"method": "ngram", "numSpeculativeTokens": 3}}
+    refused = fails(run(Facts(table), **spec))["SpeculativeConfigRefused"]
+    assert "has no such speculative method" in refused.message
+    assert "vllm/vllm-openai:v0.29.0 or newer" in refused.message
+    for version in TABLE.data["releases"]:
+        names = TABLE.data["releases"][version]["speculativeMethodNames"]
+        assert {"ngram", "draft_model", "eagle3", "dspark", "mtp"} <= set(names), version

@@ -298,3 +298,32 @@ def extract_methods(eagle_source: str, speculative_source: str) -> dict[str, Any
     methods["dspark"] = dspark_rule(speculative_source)
     methods["mtp"] = mtp_rule(speculative_source)
     return methods
+
+
+def method_names(speculative_source: str) -> list[str]:
+    """Every method name the release's ``SpeculativeMethod`` literal accepts, with the
+    literals it nests (``EagleModelTypes``, ``MTPModelTypes``, ...) flattened."""
+    literals: dict[str, list[ast.expr]] = {}
+    for node in ast.parse(speculative_source).body:
+        if (
+            isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name)
+            and isinstance(node.value, ast.Subscript)
+            and isinstance(node.value.value, ast.Name)
+            and node.value.value.id == "Literal"
+        ):
+            inner = node.value.slice
+            items = list(inner.elts) if isinstance(inner, ast.Tuple) else [inner]
+            literals[node.targets[0].id] = items
+
+    def flatten(name: str, seen: frozenset[str]) -> set[str]:
+        found: set[str] = set()
+        for item in literals.get(name, []):
+            if isinstance(item, ast.Constant) and isinstance(item.value, str):
+                found.add(item.value)
+            elif isinstance(item, ast.Name) and item.id not in seen:
+                found |= flatten(item.id, seen | {item.id})
+        return found
+
+    return sorted(flatten("SpeculativeMethod", frozenset({"SpeculativeMethod"})))

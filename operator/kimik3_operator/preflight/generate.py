@@ -25,6 +25,7 @@ from kimik3_operator.api.spec import TARGET_ARCHITECTURES
 from kimik3_operator.preflight.drafter_methods import (
     acceptance_by_platform,
     extract_methods,
+    method_names,
     speculative_architectures,
 )
 from kimik3_operator.preflight.probe_script import (
@@ -224,6 +225,8 @@ def release_capabilities(wheel: Wheel) -> dict[str, Any]:
         "checksAuxHiddenStatesOverPP": AUX_PP_CHECK in eagle3_utils,
         # What each method renames a drafter to, and what the registry can load.
         "speculativeMethods": extract_methods(eagle_config, speculative),
+        # The method names vLLM's SpeculativeConfig accepts at all.
+        "speculativeMethodNames": method_names(speculative),
         "speculativeArchitectures": speculative_architectures(registry),
     }
     release["drafterAcceptance"] = acceptance_by_platform(release)

@@ -626,17 +626,36 @@ def check_drafter_method(ctx: Context, drafter: ResolvedDrafter) -> Iterable[Fin
             DRAFTER,
         )
         return
-    if method == "ngram":
+    release = ctx.release()
+    names = (release or {}).get("speculativeMethodNames")
+    if names is not None and method not in names:
+        table = ctx.facts.table
+        offered = table.first_release_where(
+            lambda v: method in (table.release(v) or {}).get("speculativeMethodNames", [])
+        )
+        fix = _image_fix(offered) if offered else "no release in the table has it"
+        yield Finding(
+            "drafter-method",
+            "Fail",
+            Reason.SPECULATIVE_CONFIG_REFUSED,
+            (
+                f"spec.drafter.method={method}: {_release_name(ctx)} has no such speculative "
+                f"method (it accepts {', '.join(n for n in names if not n.endswith('_mtp'))}); "
+                f"the pods would crash at start; {fix}, or choose another drafter.method"
+            ),
+            DRAFTER,
+        )
+        return
+    if method == "ngram" and names is not None:
         # No checkpoint to load: vLLM proposes tokens by matching the prompt's n-grams.
         yield Finding(
             "drafter-method",
             "Pass",
             Reason.DRAFTER_LOADABLE_BY_METHOD,
-            "vLLM's ngram drafts from the prompt itself; there is no drafter to load",
+            f"{_release_name(ctx)} offers ngram, which drafts from the prompt itself",
             DRAFTER,
         )
         return
-    release = ctx.release()
     identity = _drafter_identity(ctx, drafter)
     if method == "draft_model" and identity is None:
         yield Finding(
