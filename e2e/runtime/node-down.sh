@@ -41,9 +41,9 @@ stop_node() {
     | while read -r mount; do umount -l "$mount" 2>/dev/null || true; done
   ip link del "$BRIDGE_PREFIX$index" 2>/dev/null || true
   if [[ "$index" != 0 ]]; then
-    for hierarchy in /sys/fs/cgroup/*/; do
-      [[ -d "$hierarchy/kimik3-node-$index" ]] || continue
-      find "$hierarchy/kimik3-node-$index" -depth -type d -exec rmdir {} \; 2>/dev/null || true
+    for dir in /sys/fs/cgroup/kimik3-node-"$index" /sys/fs/cgroup/*/kimik3-node-"$index"; do
+      [[ -d "$dir" ]] || continue
+      find "$dir" -depth -type d -exec rmdir {} \; 2>/dev/null || true
     done
   fi
   echo "real node $NODE_PREFIX$index stopped" >&2

@@ -117,13 +117,22 @@ KIMIK3_IMAGE_NODE="$index" bash "$here/images.sh" pause >&2
 cgroup_root=/
 if [[ "$index" != 0 ]]; then
   cgroup_root="/kimik3-node-$index"
-  for hierarchy in /sys/fs/cgroup/*/; do
-    [[ -f "$hierarchy/cgroup.procs" ]] || continue
-    mkdir -p "$hierarchy${cgroup_root#/}"
-  done
-  if [[ -f /sys/fs/cgroup/cpuset/cpuset.cpus ]]; then
-    cat /sys/fs/cgroup/cpuset/cpuset.cpus > "/sys/fs/cgroup/cpuset${cgroup_root}/cpuset.cpus"
-    cat /sys/fs/cgroup/cpuset/cpuset.mems > "/sys/fs/cgroup/cpuset${cgroup_root}/cpuset.mems"
+  if [[ -f /sys/fs/cgroup/cgroup.controllers ]]; then
+    # cgroup v2: one tree; the kubelet's cgroups below need the controllers delegated.
+    mkdir -p "/sys/fs/cgroup$cgroup_root"
+    for controller in $(cat /sys/fs/cgroup/cgroup.subtree_control); do
+      echo "+$controller" > "/sys/fs/cgroup$cgroup_root/cgroup.subtree_control" 2>/dev/null || true
+    done
+  else
+    # cgroup v1: one hierarchy per controller, each mounted under /sys/fs/cgroup.
+    for hierarchy in /sys/fs/cgroup/*/; do
+      [[ -f "$hierarchy/cgroup.procs" ]] || continue
+      mkdir -p "$hierarchy${cgroup_root#/}"
+    done
+    if [[ -f /sys/fs/cgroup/cpuset/cpuset.cpus ]]; then
+      cat /sys/fs/cgroup/cpuset/cpuset.cpus > "/sys/fs/cgroup/cpuset${cgroup_root}/cpuset.cpus"
+      cat /sys/fs/cgroup/cpuset/cpuset.mems > "/sys/fs/cgroup/cpuset${cgroup_root}/cpuset.mems"
+    fi
   fi
 fi
 
@@ -155,6 +164,8 @@ evictionHard: {memory.available: "200Mi", nodefs.available: "2%", imagefs.availa
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 serializeImagePulls: false
+# The GPU stand-in patched into capacity reaches allocatable at the next status update.
+nodeStatusUpdateFrequency: 2s
 resolvConf: /etc/resolv.conf
 containerRuntimeEndpoint: unix://$state/containerd.sock
 staticPodPath: ""

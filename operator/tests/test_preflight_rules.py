@@ -475,3 +475,18 @@ def test_a_method_the_release_does_not_have_is_refused() -> None:
     for version in TABLE.data["releases"]:
         names = TABLE.data["releases"][version]["speculativeMethodNames"]
         assert {"ngram", "draft_model", "eagle3", "dspark", "mtp"} <= set(names), version
+
+
+def test_kimi_k3_shape_never_stands_in_for_another_class() -> None:
+    """Without its config.json, a Llama's heads are unknown, not Kimi-K3's 96."""
+    findings = run(
+        model={"architecture": "LlamaForCausalLM"},
+        drafter={"method": "none"},
+        parallelism={"tensor": 2, "expert": True},
+        placement={"gpusPerNode": 1},
+    )
+    assert not {f.id for f in findings} & {"tensor-heads", "expert-parallel"}
+    facts = Facts(TABLE, target=target_facts(TINY_LLAMA, "tiny/config.json"))
+    findings = run(facts, model={"architecture": "LlamaForCausalLM"}, drafter={"method": "none"})
+    heads = next(f for f in findings if f.id == "tensor-heads")
+    assert heads.status == "Fail" and "4 attention heads" in heads.message

@@ -408,7 +408,18 @@ def _fits_nodes(gpus: int, per_node: int) -> bool:
     return gpus <= per_node or gpus % per_node == 0
 
 
+def _shape_unknown(ctx: Context) -> bool:
+    """Kimi-K3's published shape stands in only for a Kimi class: another class's heads and
+    experts are known from its config.json (the probe, or --model-config) or not at all."""
+    return (
+        ctx.facts.target.source == TargetFacts().source
+        and ctx.spec.model.architecture not in TARGET_ARCHITECTURES
+    )
+
+
 def check_heads(ctx: Context) -> Iterable[Finding]:
+    if _shape_unknown(ctx):
+        return
     spec, target = ctx.spec, ctx.facts.target
     tp, heads = spec.parallelism.tensor, target.attention_heads
     if heads % tp == 0:
@@ -461,7 +472,7 @@ def check_nodes(ctx: Context) -> Iterable[Finding]:
 
 def check_experts(ctx: Context) -> Iterable[Finding]:
     spec, target = ctx.spec, ctx.facts.target
-    if not spec.parallelism.expert:
+    if not spec.parallelism.expert or _shape_unknown(ctx):
         return
     ep = spec.parallelism.tensor
     if target.experts % ep == 0:
