@@ -37,6 +37,9 @@ if ! { [[ -f "$root/e2e/.run/operator.pid" ]] && kill -0 "$(cat "$root/e2e/.run/
   echo $! > "$root/e2e/.run/operator.pid"
 fi
 
+# The sample uses the model cache: a volume for its claim (no provisioner runs here).
+(cd "$root" && "$python" -m e2e.play_download volume "$ns" kimi-k3)
+
 # The sample as it is, placed on the demo's nodes.
 "$python" - "$root/examples/kimi-k3-text-dspark.yaml" <<'PY' | kubectl apply -n "$ns" -f -
 import sys, yaml
@@ -53,6 +56,11 @@ PY
 # A second run finds the probe's answer already recorded for this image (and its Job gone).
 if [[ "$(kubectl get -n "$ns" kk3d/kimi-k3 -o jsonpath='{.status.capabilities.source}')" != Probe ]]; then
   "$python" "$here/play_probe.py" "$ns"
+fi
+# Then the weights: KWOK runs no container either, so the download's report is played into
+# its finished pod (nothing is fetched). A second run finds the cache Ready already.
+if [[ "$(kubectl get -n "$ns" kk3d/kimi-k3 -o jsonpath='{.status.modelCache.phase}')" != Ready ]]; then
+  (cd "$root" && "$python" -m e2e.play_download play "$ns" kimi-k3)
 fi
 kubectl get -n "$ns" jobs
 echo "waiting for kimi-k3 to become Available..."

@@ -17,9 +17,14 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 REPORT = ROOT / "operator" / "tests" / "fixtures" / "probe-report-vllm-0.33.0-nvidia.json"
 
 
-def _kubectl(*args: str) -> str:
+def _kubectl(*args: str, input_text: str | None = None) -> str:
     return subprocess.run(
-        ["kubectl", *args], check=True, capture_output=True, text=True, env=os.environ
+        ["kubectl", *args],
+        check=True,
+        capture_output=True,
+        text=True,
+        env=os.environ,
+        input=input_text,
     ).stdout
 
 
