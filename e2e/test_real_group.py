@@ -32,7 +32,7 @@ from e2e.real_node import (
     build_images,
     start_real_nodes,
 )
-from e2e.test_real_serving import VLLM_CPU_IMAGE, forget_model_volume, model_volume
+from e2e.test_real_serving import _serving_spec, forget_model_volume, model_volume
 
 LEADER = "app.kubernetes.io/component=leader"
 WORKER = "app.kubernetes.io/component=worker"
@@ -54,46 +54,18 @@ def tiny_llama(cluster: Cluster, namespace: str) -> Iterator[pathlib.Path]:
 
 
 def group_spec(probe_node: RealNode) -> dict[str, Any]:
-    placement = any_real_node()
-    return {
-        "model": {
-            "repo": "tiny",
-            "architecture": "LlamaForCausalLM",
-            "source": {"pvc": {"claimName": "tiny-model", "path": "tiny"}},
-        },
-        # Drafts from the prompt: speculative decoding with no drafter checkpoint.
-        "drafter": {"method": "ngram", "numSpeculativeTokens": 3},
-        "engine": {
-            "image": VLLM_CPU_IMAGE,
-            "version": "0.32.0",
-            "maxModelLen": 512,
-            "extraArgs": ["--enforce-eager"],
-            "addCapabilities": ["SYS_NICE"],
-            "env": [
-                {"name": "VLLM_TARGET_DEVICE", "value": "cpu"},
-                {"name": "VLLM_CPU_KVCACHE_SPACE", "value": "1"},
-                {"name": "VLLM_CACHE_ROOT", "value": "/tmp/vllm"},
-                {"name": "TORCHINDUCTOR_CACHE_DIR", "value": "/tmp/inductor"},
-                {"name": "HF_HUB_OFFLINE", "value": "1"},
-                # With tensor > 1, vLLM compiles its vocabulary-shard masking with
-                # torch.compile, which on CPU needs a C++ compiler: vLLM's own CPU image has
-                # one, this stand-in image (packages on a minimal Debian) does not.
-                {"name": "TORCH_COMPILE_DISABLE", "value": "1"},
-            ],
-        },
-        "parallelism": {"tensor": 2},
-        "placement": {
-            "gpusPerNode": 1,
-            "gpuResource": GPU_STAND_IN,
-            "nodeSelector": placement["nodeSelector"],
-            "tolerations": placement["tolerations"],
-            # The image probe: in the same vllm-cpu image, on a real node.
-            "jobs": probe_node.placement(),
-        },
-        "resources": {"memory": "6Gi", "sharedMemory": "1Gi"},
-        "preflight": {"mode": "Enforce", "probe": True},
-        "monitoring": {"podMonitor": False},
-    }
+    """The real-serving spec, as a group of two one-"GPU" pods on any real node."""
+    spec: dict[str, Any] = _serving_spec(probe_node)
+    # Drafts from the prompt: speculative decoding with no drafter checkpoint.
+    spec["drafter"] = {"method": "ngram", "numSpeculativeTokens": 3}
+    # With tensor > 1, vLLM compiles its vocabulary-shard masking with torch.compile, which
+    # on CPU needs a C++ compiler: vLLM's own CPU image has one, this stand-in image
+    # (packages on a minimal Debian) does not.
+    spec["engine"]["env"].append({"name": "TORCH_COMPILE_DISABLE", "value": "1"})
+    spec["parallelism"] = {"tensor": 2}
+    # The image probe stays on probe_node; the group's pods may land on any real node.
+    spec["placement"].update(any_real_node(), gpuResource=GPU_STAND_IN)
+    return spec
 
 
 def complete(url: str, prompt: str = "Kimi-K3 is served by vLLM across") -> str:

@@ -27,6 +27,11 @@ def run_probe(platform: str, tmp: pathlib.Path) -> dict[str, Any]:
     request = probe_request(parse_spec({"engine": {"platform": platform}}))
     request["drafter"] = {"path": str(tmp / "drafter")}
     request["target"] = {"path": str(tmp / "target")}
+    return probe_report(request)
+
+
+def probe_report(request: dict[str, Any]) -> dict[str, Any]:
+    """The report the probe script prints for ``request``, run with the real vLLM."""
     result = subprocess.run(
         [vllm_python(), str(SCRIPT), json.dumps(request)],
         capture_output=True,
@@ -97,16 +102,7 @@ def test_the_probe_judges_classes_outside_the_table(tmp_path: pathlib.Path) -> N
         spec = parse_spec({"model": {"architecture": architecture}, "drafter": {"method": "none"}})
         request = probe_request(spec)
         request["target"] = {"path": str(tmp_path / "target")}
-        result = subprocess.run(
-            [vllm_python(), str(SCRIPT), json.dumps(request)],
-            capture_output=True,
-            text=True,
-            timeout=900,
-            check=False,
-        )
-        assert result.returncode == 0, result.stderr[-3000:]
-        report = json.loads(result.stdout.strip().splitlines()[-1])
-        answer = report["architectures"][architecture]
+        answer = probe_report(request)["architectures"][architecture]
         assert {k: answer.get(k) for k in expected} == expected, answer
         if architecture == "LlamaForCausalLM":
             assert (answer["innerModel"], answer["innerEagleMixin"]) == ("LlamaModel", True)
