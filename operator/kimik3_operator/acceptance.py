@@ -84,32 +84,65 @@ class Acceptance:
     window_covered: bool
 
 
+def delta_since(samples: Sequence[Snapshot], since: float | None = None) -> Snapshot | None:
+    """The counters' growth from the last sample at or before ``since`` (the first sample
+    when none is that old; None: from the first) to the last; ``at`` is the time spanned."""
+    if len(samples) < 2:
+        return None
+    first = samples[0]
+    if since is not None:
+        for sample in samples:
+            if sample.at > since:
+                break
+            first = sample
+    last = samples[-1]
+    if first is last:
+        return None
+    per_pos = {k: v - first.per_position.get(k, 0.0) for k, v in last.per_position.items()}
+    return Snapshot(
+        last.at - first.at,
+        last.drafts - first.drafts,
+        last.draft_tokens - first.draft_tokens,
+        last.accepted - first.accepted,
+        per_pos,
+    )
+
+
 class LeaderWindow:
-    """The recent snapshots of one leader; a counter reset starts the window afresh."""
+    """The recent snapshots of one leader pod; a counter reset starts them afresh. The
+    pod's group and template hash go with them, for the canary's comparison."""
 
-    def __init__(self) -> None:
+    def __init__(self, group: str = "", template_hash: str = "") -> None:
         self.samples: deque[Snapshot] = deque()
+        self.group = group
+        self.template_hash = template_hash
 
-    def add(self, snapshot: Snapshot, window_seconds: float) -> None:
+    def add(self, snapshot: Snapshot, retain_seconds: float) -> None:
         if self.samples and snapshot.reset_since(self.samples[-1]):
             self.samples.clear()
         self.samples.append(snapshot)
-        # Keep one sample at or before the window's start, so the delta spans the window.
-        while len(self.samples) > 2 and self.samples[1].at <= snapshot.at - window_seconds:
+        # Keep one sample at or before the retained span's start, so a delta spans it.
+        while len(self.samples) > 2 and self.samples[1].at <= snapshot.at - retain_seconds:
             self.samples.popleft()
 
-    def delta(self) -> Snapshot | None:
-        if len(self.samples) < 2:
+    def delta(self, window_seconds: float | None = None) -> Snapshot | None:
+        """Over the last ``window_seconds`` (None: everything retained)."""
+        if not self.samples:
             return None
-        first, last = self.samples[0], self.samples[-1]
-        per_pos = {k: v - first.per_position.get(k, 0.0) for k, v in last.per_position.items()}
-        return Snapshot(
-            last.at - first.at,
-            last.drafts - first.drafts,
-            last.draft_tokens - first.draft_tokens,
-            last.accepted - first.accepted,
-            per_pos,
-        )
+        since = None if window_seconds is None else self.samples[-1].at - window_seconds
+        return delta_since(self.samples, since)
+
+    def series(self) -> LeaderSeries:
+        return LeaderSeries(self.group, self.template_hash, tuple(self.samples))
+
+
+@dataclass(frozen=True)
+class LeaderSeries:
+    """One leader pod's retained samples, as a reading carries them to the reconcile."""
+
+    group: str
+    template_hash: str
+    samples: tuple[Snapshot, ...]
 
 
 def aggregate(windows: Iterable[LeaderWindow], window_seconds: float) -> Acceptance:
@@ -118,7 +151,7 @@ def aggregate(windows: Iterable[LeaderWindow], window_seconds: float) -> Accepta
     positions_complete = True
     covered = False
     for window in windows:
-        delta = window.delta()
+        delta = window.delta(window_seconds)
         if delta is None:
             continue
         covered = covered or delta.at >= window_seconds * 0.99
@@ -206,6 +239,8 @@ class AcceptanceReading:
     window_seconds: float
     unreachable: tuple[str, ...] = ()
     thresholds: Thresholds = Thresholds()
+    # Per leader pod (by uid), for the canary's comparison of groups over its own window.
+    series: Mapping[str, LeaderSeries] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from prometheus_client import Counter, Gauge, Histogram
 
@@ -37,6 +37,11 @@ MIN_ACCEPTANCE = Gauge(
     "spec.monitoring.minAcceptanceRate of each deployment with a drafter",
     ["namespace", "name"],
 )
+ROLLOUT_ACCEPTANCE = Gauge(
+    "kimik3_rollout_acceptance_rate",
+    "Acceptance over the canary's window, of the canary groups and of the stable groups",
+    ["namespace", "name", "track"],
+)
 _last_reason: dict[tuple[str, str, str], tuple[str, str]] = {}
 
 
@@ -54,6 +59,13 @@ def record_conditions(namespace: str, name: str, conditions: Iterable[Condition]
         _last_reason[key] = current
 
 
+def record_rollout(namespace: str, name: str, tracks: Mapping[str, float]) -> None:
+    """The canary's and the stable groups' acceptance while a canary is judged."""
+    for track in ("canary", "stable"):
+        if track in tracks:
+            ROLLOUT_ACCEPTANCE.labels(namespace, name, track).set(tracks[track])
+
+
 def known() -> set[tuple[str, str]]:
     """The deployments that have series here."""
     return {(k[0], k[1]) for k in _last_reason}
@@ -63,5 +75,8 @@ def forget(namespace: str, name: str) -> None:
     for gauge in (ACCEPTANCE, MIN_ACCEPTANCE):
         with contextlib.suppress(KeyError):
             gauge.remove(namespace, name)
+    for track in ("canary", "stable"):
+        with contextlib.suppress(KeyError):
+            ROLLOUT_ACCEPTANCE.remove(namespace, name, track)
     for key in [k for k in _last_reason if k[:2] == (namespace, name)]:
         CONDITION.remove(*key, *_last_reason.pop(key))

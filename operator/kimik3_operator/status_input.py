@@ -15,6 +15,7 @@ SHAPES: dict[str, type | tuple[type, ...]] = {
     "capabilities": dict,
     "startup": dict,
     "startupFailures": dict,
+    "rollout": dict,
     "reason": str,
     "observedGeneration": int,
     "replicas": int,
@@ -23,6 +24,18 @@ SHAPES: dict[str, type | tuple[type, ...]] = {
 CONDITION_STRINGS = ("type", "status", "reason", "message", "lastTransitionTime")
 CACHE_STRINGS = ("key", "phase", "claimName", "claimUID", "job", "message", "progress")
 CACHE_COUNTS = ("bytesTotal", "bytesDone", "verifiedBytes", "bytesPerSecond", "etaSeconds")
+ROLLOUT_STRINGS = (
+    "phase",
+    "canaryHash",
+    "refusedHash",
+    "window",
+    "startedAt",
+    "observingSince",
+    "decidedAt",
+    "decision",
+    "change",
+    "message",
+)
 
 
 def _is_count(value: Any) -> bool:
@@ -68,6 +81,17 @@ def readable_status(status: Any) -> tuple[dict[str, Any], list[str]]:
         if bad:
             dropped += [f"status.modelCache.{k}" for k in bad]
             clean["modelCache"] = {k: v for k, v in cache.items() if k not in bad}
+    rollout = clean.get("rollout")
+    if rollout is not None:
+        bad = [k for k in ROLLOUT_STRINGS if k in rollout and not isinstance(rollout[k], str)]
+        if "canaryGroups" in rollout and not (
+            isinstance(rollout["canaryGroups"], list)
+            and all(_is_count(g) for g in rollout["canaryGroups"])
+        ):
+            bad.append("canaryGroups")
+        if bad:
+            dropped += [f"status.rollout.{k}" for k in bad]
+            clean["rollout"] = {k: v for k, v in rollout.items() if k not in bad}
     return clean, dropped
 
 

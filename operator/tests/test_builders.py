@@ -45,7 +45,7 @@ def test_two_node_group_for_tp16_on_8_gpu_nodes() -> None:
     assert spec["leaderWorkerTemplate"]["restartPolicy"] == "RecreateGroupOnPodRestart"
     assert spec["rolloutStrategy"] == {
         "type": "RollingUpdate",
-        "rollingUpdateConfiguration": {"maxSurge": 0, "maxUnavailable": 1},
+        "rollingUpdateConfiguration": {"maxSurge": 0, "maxUnavailable": 1, "partition": 0},
     }
 
 

@@ -20,6 +20,11 @@ COLLECT_KEY_LABEL: Final = f"{GROUP}/collect-key"
 PROBE_REPORT_ANNOTATION: Final = f"{GROUP}/probe-report"
 # On a KimiK3Deployment: a new value un-parks it and gives it a fresh start-up failure budget.
 RETRY_ANNOTATION: Final = f"{GROUP}/retry"
+# On the serving pods: a hash of the pod template they were made from (the canary's and the
+# stable groups' pods tell apart by it).
+TEMPLATE_HASH_LABEL: Final = f"{GROUP}/template-hash"
+# On the LeaderWorkerSet: the spec whose pods the stable groups run, restored on a rollback.
+STABLE_SPEC_ANNOTATION: Final = f"{GROUP}/stable-spec"
 OPERATOR_NAME: Final = "kimik3-operator"
 # Releases before 0.2 ran kopf timers, which made kopf put this finalizer on every resource.
 LEGACY_KOPF_FINALIZER: Final = "kopf.zalando.org/KopfFinalizerMarker"
@@ -60,6 +65,7 @@ class ConditionType(StrEnum):
     DEGRADED = "Degraded"
     SPECULATION_EFFECTIVE = "SpeculationEffective"
     MODEL_CACHED = "ModelCached"
+    CANARY_VERIFIED = "CanaryVerified"
 
 
 @unique
@@ -159,6 +165,11 @@ class Reason(StrEnum):
     MODEL_CACHE_TOO_SMALL = "ModelCacheTooSmall"
     NO_MODEL_CACHE = "NoModelCache"
     WAITING_FOR_MODEL_CACHE = "WaitingForModelCache"
+    # CanaryVerified
+    CANARY_OBSERVING = "CanaryObserving"
+    CANARY_PROMOTED = "CanaryPromoted"
+    CANARY_ROLLED_BACK = "CanaryRolledBack"
+    CANARY_HELD = "CanaryHeld"
     # SpeculationEffective
     ACCEPTANCE_ABOVE_MINIMUM = "AcceptanceAboveMinimum"
     ACCEPTANCE_BELOW_MINIMUM = "AcceptanceBelowMinimum"

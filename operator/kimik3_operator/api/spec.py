@@ -8,6 +8,7 @@ walks both and fails on any disagreement).
 from __future__ import annotations
 
 import dataclasses
+import re
 import types
 import typing
 from collections.abc import Mapping
@@ -31,6 +32,7 @@ ServiceType = Literal["ClusterIP", "NodePort", "LoadBalancer"]
 SampleMethod = Literal["greedy", "probabilistic"]
 RejectionSampleMethod = Literal["standard", "synthetic", "block"]
 CacheAccessMode = Literal["ReadWriteMany", "ReadOnlyMany"]
+CanaryOnFailure = Literal["Rollback", "Hold"]
 
 # The Kimi classes the capability table judges; spec.model.architecture takes any class name,
 # and the image probe judges the others.
@@ -44,6 +46,19 @@ EAGLE3_FAMILY: tuple[DrafterMethod, ...] = ("dspark", "eagle3", "dflash")
 # Methods that load a drafter checkpoint of their own (repo or source); mtp drafts from the
 # target's own layers, ngram from the prompt.
 CHECKPOINT_METHODS: tuple[DrafterMethod, ...] = (*EAGLE3_FAMILY, "draft_model")
+
+
+# The CRD's pattern (RE2 has no look-ahead): hours, minutes, seconds, in that order.
+DURATION = re.compile(r"^([0-9]+h([0-9]+m)?([0-9]+s)?|[0-9]+m([0-9]+s)?|[0-9]+s)$")
+_PART = re.compile(r"([0-9]+)([hms])")
+_UNIT = {"h": 3600, "m": 60, "s": 1}
+
+
+def duration_seconds(text: str) -> float:
+    """Seconds in a duration written as 90s, 15m or 1h30m (0 when it does not parse)."""
+    if DURATION.match(text) is None:
+        return 0.0
+    return float(sum(int(amount) * _UNIT[unit] for amount, unit in _PART.findall(text)))
 
 
 class SpecError(ValueError):
@@ -184,11 +199,37 @@ class ServiceSpec:
 
 
 @dataclass(frozen=True)
+class CanarySpec:
+    """A change of the groups' pods goes to ``groups`` groups first; they are observed for
+    ``window`` and promoted, or rolled back (or held) when they fall short."""
+
+    groups: int = 1
+    window: str = "15m"
+    # None: spec.monitoring.minAcceptanceRate.
+    min_acceptance_rate: float | None = None
+    # The canary's acceptance may be at most this fraction below the stable groups'.
+    max_acceptance_drop: float = 0.1
+    # From the change until every canary group is Ready; longer is a failure.
+    ready_timeout: str = "30m"
+    on_failure: CanaryOnFailure = "Rollback"
+
+    @property
+    def window_seconds(self) -> float:
+        return duration_seconds(self.window)
+
+    @property
+    def ready_timeout_seconds(self) -> float:
+        return duration_seconds(self.ready_timeout)
+
+
+@dataclass(frozen=True)
 class RolloutSpec:
     max_surge: int | str = 0
     max_unavailable: int | str = 1
     # Start-up failures one generation may have before the deployment is parked.
     max_startup_failures: int = 3
+    # None: no canary, LeaderWorkerSet's rolling update alone.
+    canary: CanarySpec | None = None
 
 
 @dataclass(frozen=True)

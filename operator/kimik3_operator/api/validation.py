@@ -14,7 +14,12 @@ from collections.abc import Iterator
 from typing import Any
 
 from kimik3_operator.api.quantities import quantity_bytes
-from kimik3_operator.api.spec import KimiK3DeploymentSpec, SpecError, json_name
+from kimik3_operator.api.spec import (
+    KimiK3DeploymentSpec,
+    SpecError,
+    duration_seconds,
+    json_name,
+)
 
 PERCENT = re.compile(r"^[0-9]+%$")
 # The CRD's patterns for spec.model.architecture and spec.drafter.source.pvc.path.
@@ -196,6 +201,7 @@ def errors(spec: KimiK3DeploymentSpec) -> list[SpecError]:
                 "3 parks a deployment after its third start-up failure",
             )
         )
+    found += _canary_errors(spec)
     for path, text in _strings(spec, "spec"):
         if CONTROL.search(text):
             found.append(SpecError(path, text[:80], "contains a control character", "remove it"))
@@ -264,3 +270,44 @@ def _cache_errors(spec: KimiK3DeploymentSpec) -> list[SpecError]:
 def first_error(spec: KimiK3DeploymentSpec) -> SpecError | None:
     found = errors(spec)
     return found[0] if found else None
+
+
+def _canary_errors(spec: KimiK3DeploymentSpec) -> list[SpecError]:
+    canary = spec.rollout.canary
+    if canary is None:
+        return []
+    found: list[SpecError] = []
+    if not 1 <= canary.groups <= 1000:
+        found.append(
+            SpecError(
+                "spec.rollout.canary.groups",
+                canary.groups,
+                "must be between 1 and 1000",
+                "1 updates one group first and compares it with the others",
+            )
+        )
+    for name, text in (("window", canary.window), ("readyTimeout", canary.ready_timeout)):
+        if duration_seconds(text) <= 0:
+            found.append(
+                SpecError(
+                    f"spec.rollout.canary.{name}",
+                    text,
+                    "is not a duration",
+                    "write it as 90s, 15m or 1h30m",
+                )
+            )
+    rate = canary.min_acceptance_rate
+    if rate is not None and not 0.0 <= rate <= 1.0:
+        found.append(
+            SpecError("spec.rollout.canary.minAcceptanceRate", rate, "must be between 0 and 1")
+        )
+    if not 0.0 <= canary.max_acceptance_drop <= 1.0:
+        found.append(
+            SpecError(
+                "spec.rollout.canary.maxAcceptanceDrop",
+                canary.max_acceptance_drop,
+                "must be between 0 and 1",
+                "0.1 lets the canary's acceptance be at most 10% below the stable groups'",
+            )
+        )
+    return found

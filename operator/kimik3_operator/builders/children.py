@@ -7,7 +7,7 @@ from typing import Any
 
 from kimik3_operator.api.spec import KimiK3DeploymentSpec
 from kimik3_operator.builders.common import Owner, with_spec_hash
-from kimik3_operator.builders.leaderworkerset import build_leader_worker_set
+from kimik3_operator.builders.leaderworkerset import NO_ROLLOUT, Rollout, build_leader_worker_set
 from kimik3_operator.builders.podmonitor import build_pod_monitor, wants_pod_monitor
 from kimik3_operator.builders.service import build_service
 
@@ -18,10 +18,11 @@ def build_children(
     *,
     pod_monitor_available: bool = True,
     weight_bytes: int | None = None,
+    rollout: Rollout = NO_ROLLOUT,
 ) -> list[dict[str, Any]]:
     drafter = spec.paired_drafter
     children = [
-        build_leader_worker_set(spec, owner, drafter, weight_bytes),
+        build_leader_worker_set(spec, owner, drafter, weight_bytes, rollout),
         build_service(spec, owner),
     ]
     if wants_pod_monitor(spec) and pod_monitor_available:

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from math import ceil
@@ -47,29 +51,40 @@ PORT_NAME = "http"
 HF_HOME = "/cache/huggingface"
 
 
+@dataclass(frozen=True)
+class Rollout:
+    """Where a rollout stands, for the LeaderWorkerSet: groups at or above ``partition``
+    take the pod template; ``stable`` (JSON) is the spec the other groups run."""
+
+    partition: int = 0
+    stable: str = ""
+    # The spec the pods are made from, when not the resource's own (a rollback restores
+    # the stable one); the number of groups and the rollout settings stay the resource's.
+    pods_from: KimiK3DeploymentSpec | None = None
+    pods_weight_bytes: int | None = None
+
+
+NO_ROLLOUT = Rollout()
+
+
 def build_leader_worker_set(
     spec: KimiK3DeploymentSpec,
     owner: Owner,
     drafter: ResolvedDrafter | None,
     weight_bytes: int | None = None,
+    rollout: Rollout = NO_ROLLOUT,
 ) -> dict[str, Any]:
     """``weight_bytes``: what the model cache measured, for the start-up budget."""
-    multi_node = spec.nodes_per_replica > 1
-    leader = _pod_template(spec, owner, drafter, "leader", weight_bytes)
-    template: dict[str, Any] = {
-        "size": spec.nodes_per_replica,
-        # Every rank of the mp backend must start together, and a restarted rank cannot
-        # rejoin a running group: restart the whole group.
-        "restartPolicy": "RecreateGroupOnPodRestart",
-    }
-    if multi_node:
-        template["leaderTemplate"] = leader
-        template["workerTemplate"] = _pod_template(spec, owner, drafter, "worker", weight_bytes)
-    else:
-        template["workerTemplate"] = leader
     meta = metadata(owner, names.leader_worker_set(owner.name), c.COMPONENT_SERVING)
     if spec.placement.topology_key:
         meta["annotations"] = {c.LWS_EXCLUSIVE_TOPOLOGY: spec.placement.topology_key}
+    if rollout.stable:
+        meta.setdefault("annotations", {})[c.STABLE_SPEC_ANNOTATION] = rollout.stable
+    if rollout.pods_from is None:
+        template = pod_templates(spec, owner, drafter, weight_bytes)
+    else:
+        source = rollout.pods_from
+        template = pod_templates(source, owner, source.paired_drafter, rollout.pods_weight_bytes)
     return {
         "apiVersion": f"{c.LWS_GROUP}/{c.LWS_VERSION}",
         "kind": "LeaderWorkerSet",
@@ -87,11 +102,46 @@ def build_leader_worker_set(
                 "rollingUpdateConfiguration": {
                     "maxSurge": spec.rollout.max_surge,
                     "maxUnavailable": spec.rollout.max_unavailable,
+                    "partition": rollout.partition,
                 },
             },
             "leaderWorkerTemplate": template,
         },
     }
+
+
+def pod_templates(
+    spec: KimiK3DeploymentSpec,
+    owner: Owner,
+    drafter: ResolvedDrafter | None,
+    weight_bytes: int | None = None,
+) -> dict[str, Any]:
+    """The LeaderWorkerSet's leaderWorkerTemplate, each pod labelled with its hash."""
+    multi_node = spec.nodes_per_replica > 1
+    leader = _pod_template(spec, owner, drafter, "leader", weight_bytes)
+    template: dict[str, Any] = {
+        "size": spec.nodes_per_replica,
+        # Every rank of the mp backend must start together, and a restarted rank cannot
+        # rejoin a running group: restart the whole group.
+        "restartPolicy": "RecreateGroupOnPodRestart",
+    }
+    if multi_node:
+        template["leaderTemplate"] = leader
+        template["workerTemplate"] = _pod_template(spec, owner, drafter, "worker", weight_bytes)
+    else:
+        template["workerTemplate"] = leader
+    digest = hashlib.sha256(json.dumps(template, sort_keys=True).encode()).hexdigest()[:16]
+    for role in ("leaderTemplate", "workerTemplate"):
+        if role in template:
+            template[role]["metadata"]["labels"][c.TEMPLATE_HASH_LABEL] = digest
+    return template
+
+
+def template_hash(lws: Mapping[str, Any]) -> str:
+    """The hash the pods of a built or live LeaderWorkerSet's template carry ("" if none)."""
+    template = ((lws.get("spec") or {}).get("leaderWorkerTemplate") or {}).get("workerTemplate")
+    labels = ((template or {}).get("metadata") or {}).get("labels") or {}
+    return str(labels.get(c.TEMPLATE_HASH_LABEL, ""))
 
 
 def _pod_template(

@@ -21,6 +21,7 @@ _TROUBLE_WHEN_FALSE = frozenset(
         ConditionType.DRAFTER_PAIRED,
         ConditionType.AVAILABLE,
         ConditionType.SPECULATION_EFFECTIVE,
+        ConditionType.CANARY_VERIFIED,
     }
 )
 

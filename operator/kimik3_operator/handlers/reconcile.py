@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -39,6 +40,7 @@ from kimik3_operator.conditions import Condition, changed, now_rfc3339
 from kimik3_operator.crashes import failure_budget, parked_message, startup_failures
 from kimik3_operator.handlers.drift import needs_apply
 from kimik3_operator.handlers.events import post_event
+from kimik3_operator.handlers.rollout import RolloutStep, rollout_step, with_rollout
 from kimik3_operator.handlers.status import (
     Readings,
     desired_status,
@@ -145,10 +147,11 @@ class ReconcileResult:
 
 @dataclass(frozen=True)
 class Context:
-    """What a reconcile reads besides the API: the clock, the GPU ledger, the readers'
-    latest readings and the operator's test-only speculative config."""
+    """What a reconcile reads besides the API: the clock (as status text and as seconds),
+    the GPU ledger and the readers' latest readings."""
 
     clock: Callable[[], str] = now_rfc3339
+    seconds: Callable[[], float] = time.time
     ledger: GpuLedger | None = None
     readings: Readings = field(default_factory=Readings)
 
@@ -268,13 +271,14 @@ def _deploy(
     result: ReconcileResult,
     context: Context,
 ) -> ReconcileResult:
-    clock, ledger = context.clock, context.ledger
+    clock, ledger, now = context.clock, context.ledger, context.seconds
     gate = _preflight(kube, spec, owner, body, result, clock)
     lws_installed = _crd_exists(kube, c.LWS_CRD)
     pods = _pods(kube, owner) if lws_installed else []
     failures = _failure_budget(body, spec, pods)
     parked = failures is not None and bool(failures.get("parked"))
     cache: CacheState | None = None
+    rollout: RolloutStep | None = None
     if lws_installed and gate.deploy:
         pod_monitor_installed = _crd_exists(kube, c.PODMONITOR_CRD)
         # Every name first, so a conflict leaves nothing half made.
@@ -282,20 +286,34 @@ def _deploy(
             kube, build_children(spec, owner, pod_monitor_available=pod_monitor_installed), owner
         )
         cache = _model_cache(kube, spec, owner, body, result, clock)
-        children = build_children(
-            # No serving pod may start on a replaced, empty volume, not even one LWS recreates;
-            # a parked deployment frees its accelerators.
+        # No serving pod may start on a replaced, empty volume, not even one LWS recreates;
+        # a parked deployment frees its accelerators.
+        serving = (
             dataclasses.replace(spec, replicas=0)
             if parked or (cache is not None and cache.volume_replaced)
-            else spec,
+            else spec
+        )
+        weight_bytes = cache.bytes_total if cache is not None and cache.ready else None
+        waiting_for_cache = cache is not None and not cache.ready and not cache.volume_replaced
+        live_lws = kube.get(
+            LWS_API, "LeaderWorkerSet", names.leader_worker_set(owner.name), owner.namespace
+        )
+        step = rollout_step(
+            body, serving, owner, live_lws, pods, weight_bytes, context.readings, now()
+        )
+        children = build_children(
+            serving,
             owner,
             pod_monitor_available=pod_monitor_installed,
-            weight_bytes=cache.bytes_total if cache is not None and cache.ready else None,
+            weight_bytes=weight_bytes,
+            rollout=step.render,
         )
-        if cache is not None and not cache.ready and not cache.volume_replaced:
+        if waiting_for_cache:
             # No serving pod before the weights are there; a running LeaderWorkerSet
             # keeps serving its revision until the new one is in the cache.
             children = [ch for ch in children if ch["kind"] != "LeaderWorkerSet"]
+        else:
+            rollout = step
         _apply_children(kube, children, owner, result)
         if pod_monitor_installed and not any(ch["kind"] == "PodMonitor" for ch in children):
             _delete_owned(
@@ -338,9 +356,13 @@ def _deploy(
     )
     status = body.get("status") or {}
     numbers, speculation = speculation_update(spec, status, context.readings.acceptance)
-    if cache is not None and lws_installed and gate.deploy:
+    settled = rollout is None or rollout.settled
+    if cache is not None and lws_installed and gate.deploy and settled:
         cache = _collect_old_revisions(kube, spec, owner, cache, pods, observation, result)
     final = final_observation(observation, gate, cache, speculation, spec)
+    if rollout is not None:
+        final = with_rollout(final, rollout)
+        metrics.record_rollout(owner.namespace, owner.name, rollout.plan.tracks)
     startup = startup_section(cache, pods, spec.replicas, final.ready_replicas)
     _write_status(
         kube,
@@ -355,6 +377,7 @@ def _deploy(
         context.readings,
         numbers,
         failures,
+        rollout.plan.section if rollout is not None else status.get("rollout"),
     )
     return result
 
@@ -591,6 +614,7 @@ def _write_status(
     readings: Readings | None = None,
     speculative_numbers: Mapping[str, object] | None = None,
     startup_failures: Mapping[str, Any] | None = None,
+    rollout: Mapping[str, Any] | None = None,
 ) -> None:
     """``observation`` is final: every condition the status ends with."""
     meta = body["metadata"]
@@ -606,6 +630,7 @@ def _write_status(
         readings,
         speculative_numbers,
         startup_failures,
+        rollout,
     )
     metrics.record_conditions(meta["namespace"], meta["name"], observation.conditions)
     delta = status_delta(current, status)

@@ -78,6 +78,7 @@ def desired_status(
     readings: Readings | None = None,
     speculative_numbers: Mapping[str, object] | None = None,
     startup_failures: Mapping[str, Any] | None = None,
+    rollout: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """``observation`` is the final one (``final_observation``); ``speculative_numbers`` the
     acceptance reading's status.speculative, when it moved."""
@@ -117,6 +118,8 @@ def desired_status(
         status["startup"] = dict(startup)
     if startup_failures is not None:
         status["startupFailures"] = dict(startup_failures)
+    if rollout:
+        status["rollout"] = dict(rollout)
     if gate is not None:
         status["capabilities"] = _keep_checked_at(current.get("capabilities") or {}, gate.status)
     # The probe's errors and the messages quote the user's env (a mirror, a proxy).

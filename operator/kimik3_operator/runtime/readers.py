@@ -26,7 +26,7 @@ from kimik3_operator.acceptance import (
     speculative_update,
 )
 from kimik3_operator.api import constants as c
-from kimik3_operator.api.spec import SpecError, parse_spec
+from kimik3_operator.api.spec import KimiK3DeploymentSpec, SpecError, parse_spec
 from kimik3_operator.builders.model_cache import PROGRESS_PORT
 from kimik3_operator.kube import Kube
 from kimik3_operator.observe import pod_ready
@@ -58,6 +58,15 @@ def progress_fetch(url: str) -> str:
 def _key(body: Mapping[str, Any]) -> Key:
     meta = body["metadata"]
     return meta["namespace"], meta["name"]
+
+
+def retained_seconds(window_seconds: float, spec: KimiK3DeploymentSpec) -> float:
+    """How far back a leader's samples are kept: the acceptance window, or the canary's
+    window with room for the reconcile that judges it to come round."""
+    canary = spec.rollout.canary
+    if canary is None:
+        return window_seconds
+    return max(window_seconds, canary.window_seconds * 1.25 + 120.0)
 
 
 @dataclass
@@ -118,8 +127,10 @@ class AcceptanceReader:
         unreachable: list[str] = []
         with self._lock:
             windows = dict(self._windows.get(key, {}))
+        retain = retained_seconds(self.window_seconds, spec)
         for pod in leaders:
-            pod_name = pod["metadata"]["name"]
+            meta = pod["metadata"]
+            pod_name = meta["name"]
             url = self.url(pod, spec.service.port)
             try:
                 if url is None:
@@ -130,12 +141,26 @@ class AcceptanceReader:
                 unreachable.append(pod_name)
                 continue
             if snapshot is not None:
-                windows.setdefault(pod_name, LeaderWindow()).add(snapshot, self.window_seconds)
-        present = {p["metadata"]["name"] for p in leaders}
+                labels = meta.get("labels") or {}
+                # By uid: LeaderWorkerSet gives a recreated group's pods the same names.
+                window = windows.setdefault(
+                    str(meta.get("uid") or pod_name),
+                    LeaderWindow(
+                        str(labels.get(c.LWS_GROUP_INDEX_LABEL, "")),
+                        str(labels.get(c.TEMPLATE_HASH_LABEL, "")),
+                    ),
+                )
+                window.add(snapshot, retain)
+        present = {str(p["metadata"].get("uid") or p["metadata"]["name"]) for p in leaders}
         windows = {pod: window for pod, window in windows.items() if pod in present}
         acceptance = aggregate(windows.values(), self.window_seconds)
         reading = AcceptanceReading(
-            acceptance, now, self.window_seconds, tuple(sorted(unreachable)), self.thresholds
+            acceptance,
+            now,
+            self.window_seconds,
+            tuple(sorted(unreachable)),
+            self.thresholds,
+            {pod: window.series() for pod, window in windows.items()},
         )
         with self._lock:
             self._windows[key] = windows
