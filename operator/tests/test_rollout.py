@@ -7,9 +7,9 @@ import json
 from typing import Any
 
 import pytest
-from conftest import FakeKube, key_of, resource
 
-from kimik3_operator.acceptance import AcceptanceReading, Acceptance, LeaderSeries, Snapshot
+from conftest import FakeKube, key_of, resource
+from kimik3_operator.acceptance import Acceptance, AcceptanceReading, LeaderSeries, Snapshot
 from kimik3_operator.api import constants as c
 from kimik3_operator.api.spec import CanarySpec, SpecError, parse_spec
 from kimik3_operator.handlers.reconcile import Context, reconcile
