@@ -154,13 +154,36 @@ def operator_metrics(leaders: dict[str, FakeLeader]) -> Iterator[int]:
     from conftest import FakeKube, key_of, resource  # the unit tier's recording fake API
 
     kube = FakeKube()
-    kube.put(resource(monitoring={"minAcceptanceRate": 0.6}))
+    # Two one-pod groups with a canary: a change of the pods goes to group 1 (k3-1) first,
+    # and its window is long enough to be observed for the whole test.
+    kube.put(
+        resource(
+            replicas=2,
+            parallelism={"tensor": 8},
+            monitoring={"minAcceptanceRate": 0.6},
+            rollout={"canary": {"window": "1h"}},
+        )
+    )
     kube.put({**resource("old", engine={"image": "vllm/vllm-openai:v0.27.1"})})
     for name in ("k3", "old"):
         body = kube.get(API, "KimiK3Deployment", name, "llm")
         assert body is not None
         reconcile(kube, key_of(body))
-    for pod in leaders:
+
+    def template() -> str:
+        lws = kube.get("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", "k3", "llm")
+        assert lws is not None
+        labels = lws["spec"]["leaderWorkerTemplate"]["workerTemplate"]["metadata"]["labels"]
+        return str(labels["serving.kimik3.io/template-hash"])
+
+    stable = template()
+    body = kube.get(API, "KimiK3Deployment", "k3", "llm")
+    assert body is not None
+    body["spec"]["engine"] = {"gpuMemoryUtilization": 0.85}
+    kube.put(body)
+    reconcile(kube, key_of(body))
+    templates = {"k3-0": stable, "k3-1": template()}
+    for group, pod in enumerate(leaders):
         kube.put(
             {
                 "apiVersion": "v1",
@@ -168,10 +191,13 @@ def operator_metrics(leaders: dict[str, FakeLeader]) -> Iterator[int]:
                 "metadata": {
                     "name": pod,
                     "namespace": "llm",
+                    "uid": f"uid-{pod}",
                     "labels": {
                         "app.kubernetes.io/instance": "k3",
                         "app.kubernetes.io/component": "leader",
                         "app.kubernetes.io/managed-by": "kimik3-operator",
+                        "leaderworkerset.sigs.k8s.io/group-index": str(group),
+                        "serving.kimik3.io/template-hash": templates[pod],
                     },
                 },
                 "status": {
@@ -287,6 +313,10 @@ def expected(leaders: dict[str, FakeLeader]) -> dict[tuple[str, str, str], Any]:
         ("kimik3-serving.json", "Preemptions", "A"): a.preemptions_per_second
         + b.preemptions_per_second,
         ("kimik3-operator.json", "Acceptance rate per deployment", "A"): accepted / drafted,
+        # The canary is k3-1 (group 1), the stable group k3-0.
+        ("kimik3-speculative-decoding.json", "Canary vs stable acceptance", "A"): sorted(
+            [sum(a.per_position) / 8, sum(b.per_position) / 8]
+        ),
     }
 
 
@@ -368,6 +398,7 @@ def test_alert_expressions_on_live_data(prometheus: Prometheus) -> None:
         "KimiK3SpeculativeDecodingStalled",
         "KimiK3DeploymentDegraded",
         "KimiK3PreflightFailed",
+        "KimiK3CanaryRolledBack",
     }
     below = firing["KimiK3AcceptanceBelowMinimum"]
     assert [s["metric"]["name"] for s in below] == ["k3"], "0.5875 is below the minimum 0.6"
@@ -381,6 +412,7 @@ def test_alert_expressions_on_live_data(prometheus: Prometheus) -> None:
     assert [(s["metric"]["name"], s["metric"]["reason"]) for s in refused] == [
         ("old", "TargetLacksEagle3")
     ]
+    assert firing["KimiK3CanaryRolledBack"] == [], "k3's canary is still observed"
 
 
 def test_alert_unit_tests_with_promtool(tmp_path: pathlib.Path) -> None:
@@ -507,5 +539,5 @@ def test_speculative_dashboard_renders_to_a_picture(prometheus: Prometheus) -> N
     out = ROOT / "e2e" / ".run" / "speculative-decoding.png"
     out.parent.mkdir(exist_ok=True)
     panels = render(prometheus.url, DASHBOARDS / "kimik3-speculative-decoding.json", out, 1.0)
-    assert panels == 7
+    assert panels == 8
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 20_000

@@ -201,6 +201,25 @@ def speculative_decoding() -> Dashboard:
             target(ratio(rate(ACCEPTED, by="pod"), rate(DRAFT_TOKENS, by="pod")), "{{pod}}")
         )
     )
+    dashboard = dashboard.with_panel(
+        Timeseries()
+        .title("Canary vs stable acceptance")
+        .unit("percentunit")
+        .min(0)
+        .max(1)
+        .description(
+            "kimik3_rollout_acceptance_rate while a change is on its canary groups "
+            "(spec.rollout.canary): the canary groups' and the stable groups' acceptance over "
+            "the canary's window, as the operator judges them."
+        )
+        .with_target(
+            target(
+                'max by (namespace, name, track) (kimik3_rollout_acceptance_rate{namespace=~'
+                '"$namespace", name=~"$deployment"})',
+                "{{name}} {{track}}",
+            )
+        )
+    )
     return dashboard
 
 

@@ -60,6 +60,30 @@ def _startup_lines(status: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def _rollout_lines(status: Mapping[str, Any]) -> list[str]:
+    """The canary of the last change: phase, groups, both acceptances as bars, the verdict."""
+    rollout: Mapping[str, Any] = status.get("rollout") or {}
+    if not rollout:
+        return []
+    groups = ", ".join(str(g) for g in rollout.get("canaryGroups") or []) or "-"
+    lines = [
+        "",
+        f"Rollout: {rollout.get('phase')}  canary group(s) {groups}  window "
+        f"{rollout.get('window', '?')}",
+    ]
+    if rollout.get("change"):
+        lines.append(f"  change: {rollout['change']}")
+    for track in ("canary", "stable"):
+        value = rollout.get(f"{track}Acceptance")
+        if isinstance(value, int | float):
+            lines.append(f"  {track:<6} {bar(value)} {value:6.1%}")
+    if rollout.get("decision"):
+        lines.append(f"  decision: {rollout['decision']} at {rollout.get('decidedAt', '?')}")
+    if rollout.get("message"):
+        lines.append(f"  {rollout['message']}")
+    return lines
+
+
 def render_status(body: Mapping[str, Any]) -> str:
     meta = body.get("metadata", {})
     status: Mapping[str, Any] = body.get("status") or {}
@@ -79,6 +103,7 @@ def render_status(body: Mapping[str, Any]) -> str:
             f"{c.get('reason', '')}: {c.get('message', '')}"
         )
     lines += _startup_lines(status)
+    lines += _rollout_lines(status)
     speculative: Mapping[str, Any] = status.get("speculative") or {}
     lines += [
         "",

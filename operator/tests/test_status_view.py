@@ -45,3 +45,27 @@ def test_idle_status_says_no_data() -> None:
         }
     )
     assert "no data" in shown
+
+
+def test_status_shows_the_canary_against_the_stable_groups() -> None:
+    body = {
+        "metadata": {"name": "k3", "namespace": "llm"},
+        "status": {
+            "rollout": {
+                "phase": "RolledBack",
+                "canaryGroups": [1],
+                "window": "15m",
+                "change": "drafter.method: draft_model -> eagle3",
+                "canaryAcceptance": 0.02,
+                "stableAcceptance": 0.98,
+                "decision": "RolledBack",
+                "decidedAt": "2026-12-04T02:00:00Z",
+                "message": "canary acceptance 0.020 over 900s is below the bar 0.5",
+            }
+        },
+    }
+    text = render_status(body)
+    assert "Rollout: RolledBack  canary group(s) 1  window 15m" in text
+    assert "change: drafter.method: draft_model -> eagle3" in text
+    assert "canary " in text and "  2.0%" in text and " 98.0%" in text
+    assert "decision: RolledBack at 2026-12-04T02:00:00Z" in text
