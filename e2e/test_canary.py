@@ -214,7 +214,14 @@ def test_a_change_that_lowers_acceptance_is_rolled_back_on_the_canary_group_only
     assert (verified["status"], verified["reason"]) == ("False", "CanaryRolledBack")
     assert NEW in verified["message"] and "below the bar 0.5" in verified["message"]
     events = cluster.kubectl(
-        "get", "events", "-n", namespace, "--field-selector", "reason=CanaryRolledBack", "-o", "json"
+        "get",
+        "events",
+        "-n",
+        namespace,
+        "--field-selector",
+        "reason=CanaryRolledBack",
+        "-o",
+        "json",
     ).stdout
     warnings = [e for e in json.loads(events)["items"] if e["type"] == "Warning"]
     assert warnings and "CanaryVerified=False" in warnings[0]["message"]

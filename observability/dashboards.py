@@ -214,7 +214,7 @@ def speculative_decoding() -> Dashboard:
         )
         .with_target(
             target(
-                'max by (namespace, name, track) (kimik3_rollout_acceptance_rate{namespace=~'
+                "max by (namespace, name, track) (kimik3_rollout_acceptance_rate{namespace=~"
                 '"$namespace", name=~"$deployment"})',
                 "{{name}} {{track}}",
             )
