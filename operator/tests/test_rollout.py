@@ -349,6 +349,7 @@ def test_the_reconcile_rolls_a_bad_change_back_on_the_canary_group_only(
     stable = stable_of(kube.get(*LWS))
     assert stable is not None and stable.spec.drafter.num_speculative_tokens is None
     status = (kube.get(*KIND) or {})["status"]
+    assert status["speculative"]["numSpeculativeTokens"] == 3
     assert status["rollout"]["phase"] == "Canary" and status["rollout"]["canaryGroups"] == [1]
     assert "drafter.numSpeculativeTokens: unset -> 3" in status["rollout"]["change"]
     # LWS updates group 1; it becomes Ready on the new pods.
@@ -378,6 +379,9 @@ def test_the_reconcile_rolls_a_bad_change_back_on_the_canary_group_only(
     condition = next(x for x in status["conditions"] if x["type"] == "CanaryVerified")
     assert (condition["status"], condition["reason"]) == ("False", "CanaryRolledBack")
     assert "CanaryVerified=False/CanaryRolledBack" in result.events
+    # The status describes what the groups run: the stable spec (the paired drafter's 8
+    # tokens), not the refused one's 3.
+    assert status["speculative"]["numSpeculativeTokens"] == 8
     events = [w for w in kube.writes if w[0] == "create" and "Event" in str(w)]
     assert events, kube.writes
     # Another reconcile with nothing new writes nothing.

@@ -43,6 +43,7 @@ from kimik3_operator.handlers.events import post_event
 from kimik3_operator.handlers.rollout import RolloutStep, rollout_step, with_rollout
 from kimik3_operator.handlers.status import (
     Readings,
+    RolloutStatus,
     desired_status,
     final_observation,
     speculation_update,
@@ -377,7 +378,9 @@ def _deploy(
         context.readings,
         numbers,
         failures,
-        rollout.plan.section if rollout is not None else status.get("rollout"),
+        RolloutStatus(rollout.plan.section, rollout.render.pods_from)
+        if rollout is not None
+        else RolloutStatus(status.get("rollout")),
     )
     return result
 
@@ -614,7 +617,7 @@ def _write_status(
     readings: Readings | None = None,
     speculative_numbers: Mapping[str, object] | None = None,
     startup_failures: Mapping[str, Any] | None = None,
-    rollout: Mapping[str, Any] | None = None,
+    rollout: RolloutStatus | None = None,
 ) -> None:
     """``observation`` is final: every condition the status ends with."""
     meta = body["metadata"]

@@ -29,6 +29,15 @@ class Readings:
     progress: ProgressReading | None = None
 
 
+@dataclass(frozen=True)
+class RolloutStatus:
+    """status.rollout, and the spec the groups run when it is not the resource's own (its
+    change was refused): status.speculative describes what runs."""
+
+    section: Mapping[str, Any] | None
+    running: KimiK3DeploymentSpec | None = None
+
+
 def final_observation(
     observation: Observation,
     gate: Gate | None,
@@ -78,7 +87,7 @@ def desired_status(
     readings: Readings | None = None,
     speculative_numbers: Mapping[str, object] | None = None,
     startup_failures: Mapping[str, Any] | None = None,
-    rollout: Mapping[str, Any] | None = None,
+    rollout: RolloutStatus | None = None,
 ) -> dict[str, Any]:
     """``observation`` is the final one (``final_observation``); ``speculative_numbers`` the
     acceptance reading's status.speculative, when it moved."""
@@ -105,7 +114,8 @@ def desired_status(
                 "gpusPerReplica": spec.gpus_per_replica,
                 "endpoint": names.endpoint(owner.name, owner.namespace, spec.service.port),
                 "speculative": _speculative(
-                    spec, speculative_numbers or current.get("speculative") or {}
+                    rollout.running if rollout is not None and rollout.running else spec,
+                    speculative_numbers or current.get("speculative") or {},
                 ),
             }
         )
@@ -118,8 +128,8 @@ def desired_status(
         status["startup"] = dict(startup)
     if startup_failures is not None:
         status["startupFailures"] = dict(startup_failures)
-    if rollout:
-        status["rollout"] = dict(rollout)
+    if rollout is not None and rollout.section:
+        status["rollout"] = dict(rollout.section)
     if gate is not None:
         status["capabilities"] = _keep_checked_at(current.get("capabilities") or {}, gate.status)
     # The probe's errors and the messages quote the user's env (a mirror, a proxy).
