@@ -140,7 +140,7 @@ def cluster() -> Iterator[Cluster]:
         )
     found = Cluster(KUBECONFIG, tools_bin())
     found.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD))
-    found.kubectl("wait", "--for", "condition=established", "--timeout=60s", f"crd/{API}")
+    wait_established(found, f"crd/{API}")
     remove_test_namespaces(found)  # what an interrupted earlier run left
     yield found
     # Every test leaves nothing behind: its namespaces go, and none hangs in Terminating
@@ -255,6 +255,17 @@ def describe(cluster: Cluster, name: str, namespace: str) -> str:
     ).stdout
     pods = cluster.kubectl("get", "pods", "-n", namespace, "-o", "wide", check=False).stdout
     return f"conditions of {namespace}/{name}:\n{conditions}\nevents:\n{events}\npods:\n{pods}"
+
+
+def wait_established(cluster: Cluster, crd: str, timeout: float = 60) -> None:
+    """Until the CRD is Established. `kubectl wait` fails outright, instead of waiting, on a
+    CRD the API server has not yet given any condition."""
+    established = 'jsonpath={.status.conditions[?(@.type=="Established")].status}'
+    deadline = time.monotonic() + timeout
+    while cluster.kubectl("get", crd, "-o", established, check=False).stdout != "True":
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{crd} not Established in {timeout:.0f}s")
+        time.sleep(0.2)
 
 
 def wait_for(

@@ -8,11 +8,13 @@ python="${PYTHON:-python3}"
 bin="$(bash "$here/cluster/build-tools.sh" | tail -n 1)"
 export PATH="$bin:$PATH" KUBECONFIG="$root/e2e/.run/kubeconfig"
 ns=kimik3-demo
+# shellcheck source=cluster/paths.sh
+source "$here/cluster/paths.sh"
 cd "$root"
 
 bash "$here/cluster/up.sh"
 kubectl apply --server-side --force-conflicts -f "$root/manifests/crd/" >/dev/null
-kubectl wait --for condition=established --timeout=60s crd/kimik3deployments.serving.kimik3.io >/dev/null
+established crd/kimik3deployments.serving.kimik3.io
 kubectl create namespace "$ns" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
 # The demo brings its own two fake GPU nodes, tainted so that only the demo lands there and
 # the demo never takes the end-to-end tests' nodes (`make test` may run while it is up).

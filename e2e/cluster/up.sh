@@ -65,8 +65,8 @@ fi
 for crd in "$manifests"/*_leaderworkersets.yaml "$manifests"/monitoring.coreos.com_*.yaml; do
   k apply --server-side --force-conflicts -f "$crd" >/dev/null
 done
-k wait --for condition=established --timeout=60s \
-  crd/leaderworkersets.leaderworkerset.x-k8s.io crd/podmonitors.monitoring.coreos.com >/dev/null
+KUBECONFIG="$kubeconfig" established crd/leaderworkersets.leaderworkerset.x-k8s.io
+KUBECONFIG="$kubeconfig" established crd/podmonitors.monitoring.coreos.com
 
 # The LeaderWorkerSet manager with its webhooks served on 127.0.0.1.
 if ! lws_running; then
