@@ -14,6 +14,8 @@ TARGET_CONFIG: dict[str, Any] = {
         "num_attention_heads": 96,
         "num_experts": 896,
         "vocab_size": 163840,
+        # The recipe's context length; without it vLLM's kimi_linear config says 4096.
+        "max_position_embeddings": 1048576,
     },
 }
 DRAFTER_CONFIG: dict[str, Any] = {

@@ -138,12 +138,31 @@ def test_dspark_has_no_amd_implementation() -> None:
 
 
 def test_mtp_and_none_need_no_eagle3() -> None:
-    for method in ("mtp", "none"):
-        assert verdict(run(engine={**image("0.27.1")}, drafter={"method": method})) == "Pass"
+    # mtp drafts with the target's MTP layers, which only its config.json counts: the probe's.
+    for method, want in (("mtp", "NeedsProbe"), ("none", "Pass")):
+        assert verdict(run(engine={**image("0.27.1")}, drafter={"method": method})) == want
         assert (
             verdict(run(engine={**image("0.33.0"), "platform": "amd"}, drafter={"method": method}))
-            == "Pass"
+            == want
         )
+
+
+@pytest.mark.parametrize(
+    ("layers", "tokens", "reason"),
+    [(0, None, "TargetLacksMTPLayers"), (2, 3, "SpeculativeTokensNotDivisible"), (2, 4, None)],
+)
+def test_mtp_drafts_with_the_targets_mtp_layers(
+    layers: int, tokens: int | None, reason: str | None
+) -> None:
+    """vLLM takes text_config.num_nextn_predict_layers (0 when absent) as mtp's n_predict:
+    0 fails its speculative config, and the tokens must be a multiple of it."""
+    config = {"text_config": {"num_attention_heads": 96, "num_nextn_predict_layers": layers}}
+    facts = Facts(TABLE, target=target_facts(config))
+    drafter: dict[str, Any] = {"method": "mtp"}
+    if tokens is not None:
+        drafter["numSpeculativeTokens"] = tokens
+    found = fails(run(facts, engine=image("0.33.0"), drafter=drafter))
+    assert set(found) == ({reason} if reason else set())
 
 
 @pytest.mark.parametrize(
@@ -490,3 +509,36 @@ def test_kimi_k3_shape_never_stands_in_for_another_class() -> None:
     findings = run(facts, model={"architecture": "LlamaForCausalLM"}, drafter={"method": "none"})
     heads = next(f for f in findings if f.id == "tensor-heads")
     assert heads.status == "Fail" and "4 attention heads" in heads.message
+
+
+@pytest.mark.parametrize(
+    ("max_model_len", "env", "reason"),
+    [
+        (1_048_576, [], None),
+        (2_000_000, [], "MaxModelLenTooLong"),
+        (2_000_000, [{"name": "VLLM_ALLOW_LONG_MAX_MODEL_LEN", "value": "1"}], None),
+    ],
+)
+def test_max_model_len_against_the_targets_positions(
+    max_model_len: int, env: list[dict[str, str]], reason: str | None
+) -> None:
+    """vLLM refuses a max_model_len beyond max_position_embeddings (Kimi-K3: 1,048,576)
+    unless VLLM_ALLOW_LONG_MAX_MODEL_LEN is set."""
+    found = fails(run(engine={"maxModelLen": max_model_len, "env": env}))
+    assert set(found) == ({reason} if reason else set())
+    if reason:
+        assert "1048576" in found[reason].message and "maxModelLen=2000000" in found[reason].message
+
+
+def test_the_probes_engine_configuration_is_a_verdict() -> None:
+    """The image probe's full configuration build: a refusal names vLLM's own message."""
+    refused = {"ok": False, "error": "ValidationError: Decode context parallelism for GQA"}
+    from conftest import probe_report
+    from kimik3_operator.preflight.gate import probed_facts
+
+    for engine, want in (({"ok": True}, None), (refused, "EngineConfigRefused"), ({}, None)):
+        facts = probed_facts(TABLE, {**probe_report(), "engine": engine})
+        found = fails(run(facts, engine=image("0.33.0")))
+        assert set(found) == ({want} if want else set()), engine
+        if want:
+            assert "Decode context parallelism" in found[want].message

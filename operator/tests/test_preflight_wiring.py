@@ -125,8 +125,12 @@ def test_auto_pairing_is_recorded(kube: FakeKube) -> None:
 
 
 def test_given_drafter_is_paired_and_a_missing_one_refused(kube: FakeKube) -> None:
-    start(kube, drafter={"repo": "Inferact/Kimi-K3-DSpark"})
+    start(kube, drafter={"repo": "Inferact/Kimi-K3-DSpark", "numSpeculativeTokens": 8})
     assert cond(kube, "DrafterPaired")[:2] == ("True", "Paired")
+    # Its config.json has no n_predict to default the token count from: vLLM refuses it.
+    untold = FakeKube()
+    start(untold, drafter={"repo": "Inferact/Kimi-K3-DSpark"})
+    assert cond(untold, "DrafterPaired")[:2] == ("False", "SpeculativeTokensRequired")
     other = FakeKube()
     start(other, model={"repo": "me/k3-finetune"})
     assert cond(other, "DrafterPaired")[:2] == ("False", "DrafterNotFound")

@@ -156,6 +156,12 @@ class Reason(StrEnum):
     SERVE_FLAG_UNKNOWN = "ServeFlagUnknown"
     SERVE_ARGS_REFUSED = "ServeArgsRefused"
     SERVE_ARGS_ACCEPTED = "ServeArgsAccepted"
+    ENGINE_CONFIG_REFUSED = "EngineConfigRefused"
+    ENGINE_CONFIG_BUILT = "EngineConfigBuilt"
+    MAX_MODEL_LEN_TOO_LONG = "MaxModelLenTooLong"
+    MAX_MODEL_LEN_FITS = "MaxModelLenFits"
+    TARGET_LACKS_MTP_LAYERS = "TargetLacksMTPLayers"
+    SPECULATIVE_TOKENS_REQUIRED = "SpeculativeTokensRequired"
     # ModelCached, and Progressing while the weights are not there yet
     CACHE_READY = "CacheReady"
     WAITING_FOR_VOLUME = "WaitingForVolume"

@@ -10,6 +10,7 @@ from typing import Any
 KIMI_K3_HEADS = 96
 KIMI_K3_EXPERTS = 896
 KIMI_K3_VOCAB = 163840
+KIMI_K3_CONTEXT = 1_048_576  # the recipe's context length: max_position_embeddings
 
 
 @dataclass(frozen=True)
@@ -19,6 +20,9 @@ class TargetFacts:
     vocab_size: int = KIMI_K3_VOCAB
     hidden_layers: int | None = None
     source: str = "Kimi-K3 defaults"
+    max_positions: int | None = KIMI_K3_CONTEXT
+    # Its own multi-token-prediction layers, what mtp drafts with (None: not published).
+    mtp_layers: int | None = None
     # The classes its config.json declares: what vLLM will instantiate.
     architectures: tuple[str, ...] = ()
 
@@ -49,6 +53,10 @@ def target_facts(config: Mapping[str, Any] | None, source: str = "config.json") 
         vocab_size=_int(text.get("vocab_size")) or _int(config.get("vocab_size")) or KIMI_K3_VOCAB,
         hidden_layers=_int(text.get("num_hidden_layers")),
         source=source,
+        max_positions=_int(text.get("max_position_embeddings"))
+        or _int(config.get("max_position_embeddings")),
+        # vLLM's kimi_linear config defaults it to 0.
+        mtp_layers=_int(text.get("num_nextn_predict_layers")) or 0,
         architectures=tuple(
             str(a) for a in (config.get("architectures") or []) if isinstance(a, str)
         )

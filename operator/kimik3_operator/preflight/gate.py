@@ -48,6 +48,7 @@ def probed_facts(table: CapabilityTable, report: Mapping[str, Any]) -> Facts:
             "checksAuxHiddenStatesOverPP",
             "speculative",
             "serve",
+            "engine",
             "vllmVersion",
         )
     }

@@ -4,6 +4,8 @@ in a ConfigMap); the generator reuses its static helpers.
 
 Usage: python3 probe.py '<request json>'. The report (compact JSON) goes to stdout and to
 /dev/termination-log, where the operator reads it from the pod's status.
+`python3 probe.py --differential CASES.json ANSWERS.json` gives vLLM's own verdict on each
+case (bench/differential.py).
 """
 
 from __future__ import annotations
@@ -43,6 +45,8 @@ TARGET_CONFIG_KEYS = (
     "num_experts",
     "vocab_size",
     "num_hidden_layers",
+    "num_nextn_predict_layers",
+    "max_position_embeddings",
 )
 DRAFTER_CONFIG_KEYS = (
     "architectures",
@@ -230,12 +234,27 @@ def read_config(directory: pathlib.Path | None) -> dict[str, Any] | None:
     return dict(json.loads((directory / "config.json").read_text()))
 
 
-def _as_cuda() -> None:
-    """vLLM's config and parser defaults ask the platform for a device; on the probe's CPU
-    node there is none, so answer as the GPU node will."""
+def device_stub(platform: str) -> str:
+    """vLLM's parser defaults and configuration ask the platform for a device. A GPU image
+    on the probe's CPU node finds none (vLLM's UnspecifiedPlatform, with no device type):
+    that platform answers as a CUDA device, the one thing stubbed. What stays unasked is
+    the GPU platform's own configuration hook (CUDA's or ROCm's attention backend and kernel
+    choices, which only the engine's start on the GPU decides). An image built for the CPU
+    keeps its own platform: its pods run there. Returns what stands in, for the report."""
+    if _STUB:
+        return _STUB[0]
     from vllm.platforms import current_platform
 
-    type(current_platform).device_type = "cuda"
+    kind = type(current_platform)
+    if getattr(kind, "device_type", ""):
+        _STUB.append(f"{kind.__name__} ({kind.device_type}), the image's own")
+    else:
+        kind.device_type = "cuda"
+        _STUB.append(f"{kind.__name__} answering as a CUDA device for {platform}")
+    return _STUB[0]
+
+
+_STUB: list[str] = []  # what device_stub answered: a process stubs once
 
 
 def _short(error: BaseException) -> str:
@@ -253,7 +272,7 @@ def check_speculative(
     if not config:
         return {}
     try:
-        _as_cuda()
+        device_stub(str(request.get("platform", "nvidia")))
         from vllm.config import ModelConfig, ParallelConfig, SpeculativeConfig
 
         target = ModelConfig(model=str(target_dir), skip_tokenizer_init=True)
@@ -284,12 +303,12 @@ def _unknown_flags(message: str) -> list[str]:
     return [word for word in tail.split() if word.startswith("-")]
 
 
-def check_serve(serve: dict[str, list[str]]) -> dict[str, Any]:
+def check_serve(serve: dict[str, list[str]], platform: str = "nvidia") -> dict[str, Any]:
     """Parses each rendered `vllm serve` command line with the image's own parser."""
     if not serve:
         return {}
     try:
-        _as_cuda()
+        device_stub(platform)
         from vllm.utils.argparse_utils import FlexibleArgumentParser
 
         # Where `vllm serve`'s parser lives moved between releases.
@@ -331,6 +350,72 @@ def check_serve(serve: dict[str, list[str]]) -> dict[str, Any]:
             continue
         answers[role] = {"ok": True}
     return answers
+
+
+def _serve_parser() -> Any:
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    for module in CLI_ARGS_MODULES:
+        try:
+            cli_args = importlib.import_module(module)
+        except ModuleNotFoundError:
+            continue
+        return cli_args.make_arg_parser(FlexibleArgumentParser())
+    raise ModuleNotFoundError(f"none of {', '.join(CLI_ARGS_MODULES)}")
+
+
+def engine_argv(
+    argv: list[str], target_dir: pathlib.Path | None, drafter_dir: pathlib.Path | None
+) -> list[str]:
+    """The leader's command line with the checkpoints where the probe has their configs:
+    the model (the first argument) and the speculative config's drafter."""
+    out = list(argv)
+    if target_dir is not None and out and not out[0].startswith("-"):
+        out[0] = str(target_dir)
+    for index, arg in enumerate(out[:-1]):
+        if arg == "--speculative-config" and drafter_dir is not None:
+            config = json.loads(out[index + 1])
+            if config.get("model"):
+                config["model"] = str(drafter_dir)
+                config.pop("revision", None)
+            out[index + 1] = json.dumps(config)
+    # The configs come without a tokenizer; the engine's own start loads it.
+    return [*out, "--skip-tokenizer-init"]
+
+
+def check_engine(
+    argv: list[str] | None,
+    target_dir: pathlib.Path | None,
+    drafter_dir: pathlib.Path | None,
+    platform: str,
+) -> dict[str, Any]:
+    """vLLM's whole configuration (EngineArgs from the image's parser, then VllmConfig:
+    model, parallel, cache, speculative, scheduler and the platform's own checks), built
+    from the leader's command line the way `vllm serve` builds it at start, from the configs
+    alone and with the device stubbed (device_stub)."""
+    if not argv:
+        return {}
+    if target_dir is None:
+        return {"skipped": "the target's config.json could not be read"}
+    stub = device_stub(platform)
+    try:
+        from vllm.engine.arg_utils import AsyncEngineArgs
+
+        parser = _serve_parser()
+    except Exception as exc:
+        return {"skipped": _short(exc), "device": stub}
+    stderr = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(stderr):
+            args = parser.parse_args(engine_argv(argv, target_dir, drafter_dir))
+        if getattr(args, "model_tag", None):
+            args.model = args.model_tag
+        AsyncEngineArgs.from_cli_args(args).create_engine_config()
+    except SystemExit:
+        return {"ok": False, "error": stderr.getvalue().strip()[-600:], "device": stub}
+    except Exception as exc:
+        return {"ok": False, "error": _short(exc), "device": stub}
+    return {"ok": True, "device": stub}
 
 
 def _subset(config: dict[str, Any] | None, keys: tuple[str, ...]) -> dict[str, Any] | None:
@@ -378,12 +463,43 @@ def probe(request: dict[str, Any]) -> dict[str, Any]:
         str(a) for a in dict.fromkeys([*declared, *asked]) if str(a) not in report["architectures"]
     ]
     report["architectures"].update(probe_declared_classes(unknown))
+    device_stub(platform)
     report["speculative"] = check_speculative(request, dirs["target"], dirs["drafter"])
-    report["serve"] = check_serve(request.get("serve") or {})
+    report["serve"] = check_serve(request.get("serve") or {}, platform)
+    leader = (request.get("serve") or {}).get("leader")
+    report["engine"] = check_engine(leader, dirs["target"], dirs["drafter"], platform)
     return report
 
 
+def differential(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """vLLM's verdict on each case (a leader command line and the target's and drafter's
+    config.json): the full configuration build, as check_engine makes it in the probe."""
+    import tempfile
+
+    answers = []
+    with tempfile.TemporaryDirectory() as work:
+        for number, case in enumerate(cases):
+            dirs: dict[str, pathlib.Path | None] = {}
+            for key in ("target", "drafter"):
+                config = case.get(f"{key}Config")
+                if config is None:
+                    dirs[key] = None
+                    continue
+                directory = pathlib.Path(work) / f"{number}-{key}"
+                directory.mkdir()
+                (directory / "config.json").write_text(json.dumps(config))
+                dirs[key] = directory
+            answer = check_engine(case["argv"], dirs["target"], dirs["drafter"], case["platform"])
+            answers.append({"id": case["id"], **answer})
+    return answers
+
+
 def main(argv: list[str]) -> int:
+    if len(argv) > 3 and argv[1] == "--differential":
+        # Cases in, answers out, as files: vLLM logs to stdout.
+        cases = json.loads(pathlib.Path(argv[2]).read_text())
+        pathlib.Path(argv[3]).write_text(json.dumps(differential(cases)))
+        return 0
     request = json.loads(argv[1]) if len(argv) > 1 else json.loads(sys.stdin.read())
     try:
         report = probe(request)

@@ -568,8 +568,95 @@ def check_drafter(ctx: Context) -> Iterable[Finding]:
             )
     loadable = list(check_drafter_method(ctx, drafter))
     yield from loadable
-    if all(f.status != "Fail" for f in loadable):
-        yield from _drafter_config(ctx, drafter.num_speculative_tokens)
+    if any(f.status == "Fail" for f in loadable):
+        return
+    if drafter.num_speculative_tokens is None and method in CHECKPOINT_METHODS:
+        required = list(_tokens_required(ctx, drafter))
+        yield from required
+        if required:
+            return
+    if method == "mtp" and not drafter.location:
+        mtp = list(_mtp_layers(ctx, drafter.num_speculative_tokens))
+        yield from mtp
+        if any(f.status != "Pass" for f in mtp):
+            return
+    yield from _drafter_config(ctx, drafter.num_speculative_tokens)
+
+
+def _tokens_required(ctx: Context, drafter: ResolvedDrafter) -> Iterable[Finding]:
+    """vLLM defaults num_speculative_tokens to the drafter's n_predict, and refuses the
+    speculative config when there is neither. A known drafter's config has none."""
+    facts = ctx.facts.drafter
+    if facts is not None:
+        n_predict, source = facts.n_predict, facts.source
+    elif drafter.repo in KNOWN_DRAFTER_CONFIGS:
+        n_predict, source = None, f"{drafter.repo}'s config.json"
+    else:
+        return  # the probe reads the drafter's config
+    if n_predict:
+        return
+    yield Finding(
+        "speculative-tokens",
+        "Fail",
+        Reason.SPECULATIVE_TOKENS_REQUIRED,
+        (
+            f"spec.drafter.numSpeculativeTokens is unset and the drafter ({source}) has no "
+            "n_predict to take it from: vLLM refuses the speculative config at start; set "
+            "drafter.numSpeculativeTokens (the Kimi-K3 recipe uses 8 with DSpark)"
+        ),
+        DRAFTER,
+    )
+
+
+def _mtp_layers(ctx: Context, tokens: int | None) -> Iterable[Finding]:
+    """mtp drafts with the target's own multi-token-prediction layers: vLLM takes their
+    count (text_config.num_nextn_predict_layers, 0 when absent) as the drafter's n_predict."""
+    layers = ctx.facts.target.mtp_layers
+    if layers is None:
+        yield Finding(
+            "mtp-layers",
+            "Unknown",
+            Reason.DRAFTER_NEEDS_PROBE,
+            (
+                "drafter.method=mtp drafts with the target's own MTP layers "
+                "(text_config.num_nextn_predict_layers), which only the checkpoint's "
+                "config.json says; the image probe reads it"
+            ),
+            DRAFTER,
+        )
+        return
+    if layers == 0:
+        yield Finding(
+            "mtp-layers",
+            "Fail",
+            Reason.TARGET_LACKS_MTP_LAYERS,
+            (
+                f"drafter.method=mtp, but the target's config.json ({ctx.facts.target.source}) "
+                "declares no MTP layers (text_config.num_nextn_predict_layers): vLLM has "
+                "nothing to draft with; set drafter.method to dspark, ngram or none"
+            ),
+            DRAFTER,
+        )
+        return
+    if tokens is not None and tokens % layers:
+        yield Finding(
+            "mtp-layers",
+            "Fail",
+            Reason.SPECULATIVE_TOKENS_NOT_DIVISIBLE,
+            (
+                f"spec.drafter.numSpeculativeTokens={tokens} is not a multiple of the target's "
+                f"{layers} MTP layer(s); use a multiple of {layers}"
+            ),
+            DRAFTER,
+        )
+        return
+    yield Finding(
+        "mtp-layers",
+        "Pass",
+        Reason.PAIRED,
+        f"the target has {layers} MTP layer(s) to draft with",
+        DRAFTER,
+    )
 
 
 def _drafter_identity(ctx: Context, drafter: ResolvedDrafter) -> tuple[str, str | None, str] | None:
@@ -760,6 +847,66 @@ def check_serve_args(ctx: Context) -> Iterable[Finding]:
     )
 
 
+def check_engine_config(ctx: Context) -> Iterable[Finding]:
+    """The image probe built vLLM's whole configuration from the leader's command line, as
+    `vllm serve` does at start: what the rules do not know, vLLM itself refuses here."""
+    if ctx.facts.probed is None:
+        return
+    engine = (ctx.release() or {}).get("engine") or {}
+    if not engine or engine.get("skipped"):
+        return
+    if engine.get("ok"):
+        yield Finding(
+            "engine-config",
+            "Pass",
+            Reason.ENGINE_CONFIG_BUILT,
+            "vLLM in the image builds its whole configuration from the leader's command line",
+        )
+        return
+    yield Finding(
+        "engine-config",
+        "Fail",
+        Reason.ENGINE_CONFIG_REFUSED,
+        (
+            "vLLM in spec.engine.image refuses the configuration it would build at start: "
+            f"{str(engine.get('error', ''))[:500]}; change the field it names"
+        ),
+    )
+
+
+ALLOW_LONG_MAX_MODEL_LEN = "VLLM_ALLOW_LONG_MAX_MODEL_LEN"
+
+
+def check_max_model_len(ctx: Context) -> Iterable[Finding]:
+    """vLLM refuses a max_model_len beyond the target's max_position_embeddings unless
+    VLLM_ALLOW_LONG_MAX_MODEL_LEN is set."""
+    target, asked = ctx.facts.target, ctx.spec.engine.max_model_len
+    if _shape_unknown(ctx) or target.max_positions is None:
+        return
+    allowed = any(
+        e.get("name") == ALLOW_LONG_MAX_MODEL_LEN and str(e.get("value", "")) not in ("", "0")
+        for e in ctx.spec.engine.env
+    )
+    if asked <= target.max_positions or allowed:
+        yield Finding(
+            "max-model-len",
+            "Pass",
+            Reason.MAX_MODEL_LEN_FITS,
+            f"engine.maxModelLen {asked} within the target's {target.max_positions} positions",
+        )
+        return
+    yield Finding(
+        "max-model-len",
+        "Fail",
+        Reason.MAX_MODEL_LEN_TOO_LONG,
+        (
+            f"spec.engine.maxModelLen={asked} is longer than the target's "
+            f"max_position_embeddings {target.max_positions} ({target.source}); vLLM refuses "
+            f"it at start. Use at most {target.max_positions}"
+        ),
+    )
+
+
 def _drafter_config(ctx: Context, tokens: int | None) -> Iterable[Finding]:
     facts, target, method = ctx.facts.drafter, ctx.facts.target, ctx.spec.drafter.method
     if facts is None:
@@ -841,6 +988,8 @@ RULES: tuple[Rule, ...] = (
     check_extra_args,
     check_drafter,
     check_serve_args,
+    check_max_model_len,
+    check_engine_config,
 )
 
 

@@ -1,0 +1,371 @@
+"""The static preflight against vLLM's own configuration code.
+
+Generates specs across the CRD's space (architectures, platforms, every method with its
+drafter, speculative tokens, tensor/pipeline/decode-context/expert parallel sizes, KV-cache
+dtypes, sampling and rejection methods, context lengths), judges each with the static rules
+and the capability table, and asks vLLM itself: the leader's rendered command line goes
+through the release's own parser to EngineArgs and the full VllmConfig, with the target's
+and the drafter's config.json as the spec implies (the image probe's check_engine; the
+device is stubbed as it says). Prints the agreement per release and per kind of spec and
+every disagreement with vLLM's message.
+
+A static Pass that vLLM refuses is a rule bug; a static Fail that vLLM accepts is a false
+alarm, unless every failing rule is one vLLM decides later than its configuration (at model
+load or by the scheduler): those are counted apart, as refused earlier than vLLM would.
+Specs the static stage leaves to the probe (NeedsProbe) are counted, not compared.
+
+    .venv/bin/python bench/differential.py                         # every release with a venv
+    .venv/bin/python bench/differential.py --release 0.33.0 --sample 200 --seed 1
+    .venv/bin/python bench/differential.py --write                 # record beside the table
+
+A release's venv: KIMIK3_VLLM_PYTHON_<version with _>, ~/.cache/kimik3-operator/vllm-<version>,
+or its Python sources alone (`bash scripts/vllm-overlay.sh VERSION`, about 100 MB) run over the
+0.33.0 venv's torch and transformers: the release's own configuration code, on another
+release's dependencies.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import itertools
+import json
+import os
+import pathlib
+import random
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "operator"))
+
+from kimik3_operator.api.constants import Reason  # noqa: E402 - after the path
+from kimik3_operator.api.spec import SpecError, parse_spec  # noqa: E402
+from kimik3_operator.builders.command import expanded_serve_args  # noqa: E402
+from kimik3_operator.preflight import probe_script  # noqa: E402
+from kimik3_operator.preflight.facts import (  # noqa: E402
+    KIMI_K3_CONTEXT,
+    KIMI_K3_EXPERTS,
+    KIMI_K3_HEADS,
+    KIMI_K3_VOCAB,
+)
+from kimik3_operator.preflight.rules import Facts, run_rules  # noqa: E402
+from kimik3_operator.preflight.table import format_version, load_table  # noqa: E402
+
+RECORD = ROOT / "operator" / "kimik3_operator" / "data" / "differential.json"
+# Rules whose refusal vLLM makes later than its configuration: at model load (the class's
+# interfaces, the worker's drafter checks) or never (the scheduler places the pods).
+DECIDED_LATER = frozenset(
+    {
+        Reason.TARGET_LACKS_EAGLE3,
+        Reason.EAGLE3_DECLARED_NOT_IMPLEMENTED,
+        Reason.DSPARK_REFUSES_PIPELINE_PARALLEL,
+        Reason.TARGET_LACKS_AUX_HIDDEN_STATES_OVER_PP,
+        Reason.DRAFTER_NOT_IMPLEMENTED_ON_PLATFORM,
+        Reason.EXPERTS_NOT_DIVISIBLE,
+        Reason.GPUS_DO_NOT_FILL_NODES,
+    }
+)
+DSPARK_REPO = "RedHatAI/Kimi-K3-speculator.dspark"
+
+
+def target_config(architecture: str) -> dict[str, Any]:
+    """Kimi-K3's config.json as published (facts.py): MLA attention, 896 experts."""
+    return {
+        "model_type": "kimi_k3",
+        "architectures": [architecture],
+        "text_config": {
+            "model_type": "kimi_linear",
+            "num_attention_heads": KIMI_K3_HEADS,
+            "num_key_value_heads": KIMI_K3_HEADS,
+            "num_experts": KIMI_K3_EXPERTS,
+            "vocab_size": KIMI_K3_VOCAB,
+            "max_position_embeddings": KIMI_K3_CONTEXT,
+            "hidden_size": 7168,
+            "num_hidden_layers": 93,
+            "q_lora_rank": 1536,
+            "kv_lora_rank": 512,
+            "qk_nope_head_dim": 128,
+            "qk_rope_head_dim": 64,
+            "v_head_dim": 128,
+        },
+    }
+
+
+DSPARK_CONFIG: dict[str, Any] = {
+    "architectures": ["K3DSparkModel"],
+    "model_type": "k3_dspark",
+    "vocab_size": KIMI_K3_VOCAB,
+    "draft_vocab_size": KIMI_K3_VOCAB,
+    "target_layer_ids": [2, 23, 47, 71, 89],
+    "num_target_layers": 5,
+}
+
+# The CRD's space, one axis a line. Methods with a drafter checkpoint use the paired DSpark
+# repository, whose config the static stage knows (others are the probe's to judge).
+AXES: dict[str, Sequence[Any]] = {
+    "architecture": (
+        "KimiLinearForCausalLM",
+        "KimiK3ForConditionalGeneration",
+        "KimiK31ForConditionalGeneration",
+    ),
+    "platform": ("nvidia", "amd"),
+    "method": ("dspark", "eagle3", "dflash", "mtp", "ngram", "none"),
+    "tokens": (None, 3, 8),
+    "parallel": ((8, 1), (16, 1), (8, 2), (12, 1), (16, 2)),
+    "decode_context": (1, 2),
+    "expert": (False, True),
+    "kv_cache_dtype": ("fp8", "auto"),
+    "samples": (("probabilistic", "block"), ("greedy", "standard")),
+    "max_model_len": (32768, 2_000_000),
+}
+
+
+def spec_of(point: Mapping[str, Any]) -> dict[str, Any]:
+    tensor, pipeline = point["parallel"]
+    drafter: dict[str, Any] = {"method": point["method"]}
+    if point["method"] in ("dspark", "eagle3", "dflash"):
+        drafter["repo"] = DSPARK_REPO
+    if point["tokens"] is not None and point["method"] != "none":
+        drafter["numSpeculativeTokens"] = point["tokens"]
+    if point["method"] in ("dspark", "eagle3", "dflash", "draft_model"):
+        drafter["draftSampleMethod"], drafter["rejectionSampleMethod"] = point["samples"]
+    return {
+        "model": {"architecture": point["architecture"]},
+        "drafter": drafter,
+        "engine": {
+            "platform": point["platform"],
+            "maxModelLen": point["max_model_len"],
+            "kvCacheDtype": point["kv_cache_dtype"],
+        },
+        "parallelism": {
+            "tensor": tensor,
+            "pipeline": pipeline,
+            "decodeContext": point["decode_context"],
+            "expert": point["expert"],
+        },
+        "placement": {"gpusPerNode": 8},
+    }
+
+
+def space() -> Iterator[dict[str, Any]]:
+    names = list(AXES)
+    for values in itertools.product(*(AXES[n] for n in names)):
+        yield dict(zip(names, values, strict=True))
+
+
+def kind_of(point: Mapping[str, Any]) -> str:
+    pipeline = point["parallel"][1]
+    parallel = "pp" if pipeline > 1 else "dcp" if point["decode_context"] > 1 else "tp"
+    return f"{point['method']}/{parallel}"
+
+
+@dataclass(frozen=True)
+class Static:
+    verdict: str  # Pass, Fail, NeedsProbe
+    reasons: tuple[str, ...]
+
+
+def static_verdict(spec: Mapping[str, Any], version: str) -> Static | None:
+    """The static stage's verdict on the spec for ``version``; None: the spec is unreadable
+    (the CRD or the operator refuses it before any preflight)."""
+    data = json.loads(json.dumps(spec))
+    data["engine"]["image"] = f"vllm/vllm-openai:v{version}"
+    try:
+        parsed = parse_spec(data)
+    except SpecError:
+        return None
+    findings = run_rules(parsed, Facts(load_table()))
+    failed = tuple(sorted({str(f.reason) for f in findings if f.status == "Fail"}))
+    if failed:
+        return Static("Fail", failed)
+    unknown = tuple(sorted({str(f.reason) for f in findings if f.status == "Unknown"}))
+    return Static("NeedsProbe", unknown) if unknown else Static("Pass", ())
+
+
+def case_of(case_id: str, spec: Mapping[str, Any], version: str) -> dict[str, Any]:
+    data = json.loads(json.dumps(spec))
+    data["engine"]["image"] = f"vllm/vllm-openai:v{version}"
+    parsed = parse_spec(data)
+    drafter = parsed.paired_drafter
+    return {
+        "id": case_id,
+        "argv": expanded_serve_args(parsed, drafter, "leader"),
+        "platform": parsed.engine.platform,
+        "targetConfig": target_config(parsed.model.architecture),
+        "drafterConfig": DSPARK_CONFIG if drafter is not None and drafter.repo else None,
+    }
+
+
+CACHE = pathlib.Path.home() / ".cache" / "kimik3-operator"
+OVERLAY_HOST = "0.33.0"  # the venv whose dependencies an overlay runs on
+
+
+def release_python(version: str) -> tuple[str, dict[str, str]] | None:
+    """The release's python and its environment: its own venv, or its Python sources
+    (scripts/vllm-overlay.sh) over the 0.33.0 venv's dependencies."""
+    explicit = os.environ.get(f"KIMIK3_VLLM_PYTHON_{version.replace('.', '_')}")
+    if explicit:
+        return explicit, {}
+    own = CACHE / f"vllm-{version}" / "bin" / "python"
+    if own.exists():
+        return str(own), {}
+    overlay, host = CACHE / f"vllm-overlay-{version}", CACHE / f"vllm-{OVERLAY_HOST}"
+    if (overlay / "vllm").is_dir() and (host / "bin" / "python").exists():
+        return str(host / "bin" / "python"), {"PYTHONPATH": str(overlay)}
+    return None
+
+
+def ask_vllm(
+    python: str, cases: Sequence[Mapping[str, Any]], env: Mapping[str, str] | None = None
+) -> dict[str, dict[str, Any]]:
+    """vLLM's verdicts, one process per platform (the platform is set once a process)."""
+    answers: dict[str, dict[str, Any]] = {}
+    script = pathlib.Path(probe_script.__file__)
+    with tempfile.TemporaryDirectory() as work:
+        for platform in sorted({c["platform"] for c in cases}):
+            batch = [c for c in cases if c["platform"] == platform]
+            asked, told = pathlib.Path(work) / "cases.json", pathlib.Path(work) / "answers.json"
+            asked.write_text(json.dumps(batch))
+            subprocess.run(
+                [python, str(script), "--differential", str(asked), str(told)],
+                check=True,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                env={**os.environ, "VLLM_LOGGING_LEVEL": "ERROR", **(env or {})},
+            )
+            answers.update({a["id"]: a for a in json.loads(told.read_text())})
+    return answers
+
+
+@dataclass(frozen=True)
+class Outcome:
+    case: str
+    kind: str
+    point: str
+    static: Static
+    vllm_ok: bool
+    vllm_error: str
+
+    @property
+    def verdict(self) -> str:
+        """agree, rule bug, false alarm, earlier (refused before vLLM would), or skipped."""
+        if self.static.verdict == "NeedsProbe":
+            return "probe"
+        if self.static.verdict == "Pass":
+            return "agree" if self.vllm_ok else "rule bug"
+        if not self.vllm_ok:
+            return "agree"
+        return "earlier" if set(self.static.reasons) <= DECIDED_LATER else "false alarm"
+
+
+def compare(
+    version: str,
+    python: str,
+    points: Sequence[Mapping[str, Any]],
+    env: Mapping[str, str] | None = None,
+) -> tuple[list[Outcome], int]:
+    """The outcome of every readable spec, and how many the CRD or the operator refuses."""
+    statics: dict[str, Static] = {}
+    cases: list[dict[str, Any]] = []
+    kinds: dict[str, str] = {}
+    described: dict[str, str] = {}
+    unreadable = 0
+    for number, point in enumerate(points):
+        spec = spec_of(point)
+        static = static_verdict(spec, version)
+        if static is None:
+            unreadable += 1
+            continue
+        case_id = str(number)
+        statics[case_id], kinds[case_id] = static, kind_of(point)
+        described[case_id] = " ".join(f"{k}={v}" for k, v in point.items())
+        cases.append(case_of(case_id, spec, version))
+    answers = ask_vllm(python, cases, env)
+    outcomes = [
+        Outcome(
+            case_id,
+            kinds[case_id],
+            described[case_id],
+            statics[case_id],
+            bool(answers.get(case_id, {}).get("ok")),
+            str(answers.get(case_id, {}).get("error", "")),
+        )
+        for case_id in statics
+    ]
+    return outcomes, unreadable
+
+
+def report(version: str, outcomes: Sequence[Outcome], unreadable: int) -> dict[str, Any]:
+    counts = collections.Counter(o.verdict for o in outcomes)
+    compared = sum(v for k, v in counts.items() if k != "probe")
+    agreeing = counts["agree"] + counts["earlier"]
+    by_kind: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
+    for outcome in outcomes:
+        by_kind[outcome.kind][outcome.verdict] += 1
+    return {
+        "release": version,
+        "specs": len(outcomes) + unreadable,
+        "unreadable": unreadable,
+        "compared": compared,
+        "agreement": round(agreeing / compared, 4) if compared else None,
+        "counts": dict(sorted(counts.items())),
+        "byKind": {k: dict(sorted(v.items())) for k, v in sorted(by_kind.items())},
+        "disagreements": [
+            {
+                "kind": o.kind,
+                "spec": o.point,
+                "verdict": o.verdict,
+                "static": o.static.verdict,
+                "reasons": list(o.static.reasons),
+                "vllm": o.vllm_error[:300] or "accepted",
+            }
+            for o in outcomes
+            if o.verdict in ("rule bug", "false alarm")
+        ],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--release", action="append", help="a release (default: every one)")
+    parser.add_argument("--sample", type=int, default=0, help="random specs (default: all)")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--write", action="store_true", help=f"record in {RECORD.name}")
+    args = parser.parse_args()
+    versions = args.release or [format_version(v) for v in load_table().releases()]
+    points = list(space())
+    if args.sample:
+        points = random.Random(args.seed).sample(points, args.sample)
+    print(f"space: {len(list(space()))} specs; asking about {len(points)} per release")
+    results = []
+    for version in versions:
+        found = release_python(version)
+        if found is None:
+            print(f"{version}: no venv and no overlay (bash scripts/vllm-overlay.sh {version})")
+            continue
+        python, env = found
+        outcomes, unreadable = compare(version, python, points, env)
+        result = report(version, outcomes, unreadable)
+        results.append(result)
+        print(
+            f"{version}: {result['compared']} compared, agreement {result['agreement']}, "
+            f"{result['counts']}, {unreadable} refused by the schema or the operator"
+        )
+        for kind, counts in result["byKind"].items():
+            print(f"  {kind:<16} {counts}")
+        for item in result["disagreements"]:
+            print(f"  {item['verdict']}: {item['kind']} static {item['static']} {item['reasons']}")
+            print(f"    spec: {item['spec']}")
+            print(f"    vLLM: {item['vllm']}")
+    if args.write:
+        RECORD.write_text(json.dumps({"space": len(list(space())), "releases": results}, indent=1))
+        print(f"wrote {RECORD}")
+
+
+if __name__ == "__main__":
+    main()
