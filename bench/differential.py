@@ -337,7 +337,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--write", action="store_true", help=f"record in {RECORD.name}")
     args = parser.parse_args()
-    versions = args.release or [format_version(v) for v in load_table().releases()]
+    versions = args.release or [format_version(v) for v in load_table().releases]
     points = list(space())
     if args.sample:
         points = random.Random(args.seed).sample(points, args.sample)

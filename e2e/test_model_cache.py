@@ -53,7 +53,7 @@ def _cached_spec(engine: dict[str, Any], placement: dict[str, Any] | None = None
     cache = {"size": "1Gi", "connections": 2, "chunkSize": "1Mi"}
     return {
         "model": {"repo": TARGET, "cache": cache},
-        "drafter": {"method": "dspark", "repo": DRAFTER},
+        "drafter": {"method": "dspark", "repo": DRAFTER, "numSpeculativeTokens": 8},
         "engine": engine,
         "parallelism": {"tensor": 8},
         "preflight": {"probe": False},

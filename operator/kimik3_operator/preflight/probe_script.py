@@ -425,7 +425,16 @@ def _subset(config: dict[str, Any] | None, keys: tuple[str, ...]) -> dict[str, A
     return {k: text.get(k, config.get(k)) for k in keys if k in text or k in config}
 
 
+def _gpu_node_environment() -> None:
+    """Before vLLM is imported: vLLM turns Triton off when it finds no active GPU driver,
+    as on the probe's CPU node, and then refuses what needs it (Model Runner V2). An empty
+    CUDA_VISIBLE_DEVICES is vLLM's own case of a GPU node whose devices are not yet
+    visible, where it keeps Triton; the probe sees no device either way."""
+    os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
+
+
 def probe(request: dict[str, Any]) -> dict[str, Any]:
+    _gpu_node_environment()
     import vllm
 
     root = pathlib.Path(vllm.__file__).resolve().parent.parent
@@ -476,6 +485,7 @@ def differential(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
     config.json): the full configuration build, as check_engine makes it in the probe."""
     import tempfile
 
+    _gpu_node_environment()
     answers = []
     with tempfile.TemporaryDirectory() as work:
         for number, case in enumerate(cases):

@@ -860,7 +860,12 @@ def check_engine_config(ctx: Context) -> Iterable[Finding]:
             "engine-config",
             "Pass",
             Reason.ENGINE_CONFIG_BUILT,
-            "vLLM in the image builds its whole configuration from the leader's command line",
+            (
+                "vLLM in the image builds its whole configuration from the leader's command "
+                "line; what only the GPU decides (memory for the weights and the KV cache, "
+                f"the attention kernels for kvCacheDtype={ctx.spec.engine.kv_cache_dtype}) "
+                "is checked when the engine starts"
+            ),
         )
         return
     yield Finding(
