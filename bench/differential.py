@@ -363,7 +363,15 @@ def main() -> None:
             print(f"    spec: {item['spec']}")
             print(f"    vLLM: {item['vllm']}")
     if args.write:
-        RECORD.write_text(json.dumps({"space": len(list(space())), "releases": results}, indent=1))
+        # Per release: a run of some releases replaces theirs and keeps the others'.
+        kept = json.loads(RECORD.read_text()).get("releases", []) if RECORD.exists() else []
+        ran = {r["release"] for r in results}
+        merged = sorted(
+            [r for r in kept if r["release"] not in ran] + results,
+            key=lambda r: [int(part) for part in r["release"].split(".")],
+        )
+        record = {"space": len(list(space())), "sample": len(points), "seed": args.seed}
+        RECORD.write_text(json.dumps({**record, "releases": merged}, indent=1) + "\n")
         print(f"wrote {RECORD}")
 
 

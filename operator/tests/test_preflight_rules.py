@@ -542,3 +542,19 @@ def test_the_probes_engine_configuration_is_a_verdict() -> None:
         assert set(found) == ({want} if want else set()), engine
         if want:
             assert "Decode context parallelism" in found[want].message
+
+
+@pytest.mark.parametrize(
+    ("version", "method", "refused"),
+    [("0.30.0", "dspark", True), ("0.31.0", "dspark", False), ("0.30.0", "none", False)],
+)
+def test_a_dense_drafter_under_expert_parallelism(version: str, method: str, refused: bool) -> None:
+    """vLLM 0.30.0 gives the drafter the target's expert parallelism: the DSpark drafter,
+    which has no experts, then fails its model config. 0.31.0 keeps it off for dense drafters."""
+    drafter: dict[str, Any] = {"method": method}
+    found = fails(
+        run(engine=image(version), parallelism={"tensor": 8, "expert": True}, drafter=drafter)
+    )
+    assert ("DraftRefusesExpertParallel" in found) is refused
+    if refused:
+        assert "v0.31.0" in found["DraftRefusesExpertParallel"].message

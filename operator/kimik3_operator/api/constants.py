@@ -162,6 +162,7 @@ class Reason(StrEnum):
     MAX_MODEL_LEN_FITS = "MaxModelLenFits"
     TARGET_LACKS_MTP_LAYERS = "TargetLacksMTPLayers"
     SPECULATIVE_TOKENS_REQUIRED = "SpeculativeTokensRequired"
+    DRAFT_REFUSES_EXPERT_PARALLEL = "DraftRefusesExpertParallel"
     # ModelCached, and Progressing while the weights are not there yet
     CACHE_READY = "CacheReady"
     WAITING_FOR_VOLUME = "WaitingForVolume"

@@ -37,6 +37,7 @@ class DrafterFacts:
     num_target_layers: int | None
     source: str
     model_type: str | None = None
+    experts: int | None = None
 
 
 def _int(value: Any) -> int | None:
@@ -80,4 +81,5 @@ def drafter_facts(
         num_target_layers=_int(config.get("num_target_layers")),
         source=source,
         model_type=str(config["model_type"]) if config.get("model_type") else None,
+        experts=_int(config.get("num_experts")) or _int(config.get("num_local_experts")),
     )

@@ -46,6 +46,7 @@ def probed_facts(table: CapabilityTable, report: Mapping[str, Any]) -> Facts:
             "dspark",
             "drafters",
             "checksAuxHiddenStatesOverPP",
+            "draftInheritsExpertParallel",
             "speculative",
             "serve",
             "engine",

@@ -30,6 +30,7 @@ from kimik3_operator.preflight.drafter_methods import (
 )
 from kimik3_operator.preflight.probe_script import (
     AUX_PP_CHECK,
+    DRAFT_EP_INHERIT,
     DSPARK_DCP_REFUSAL,
     DSPARK_PP_REFUSAL,
     K3_PACKAGE,
@@ -223,6 +224,7 @@ def release_capabilities(wheel: Wheel) -> dict[str, Any]:
             "refusesDecodeContextParallel": DSPARK_DCP_REFUSAL in speculative,
         },
         "checksAuxHiddenStatesOverPP": AUX_PP_CHECK in eagle3_utils,
+        "draftInheritsExpertParallel": DRAFT_EP_INHERIT in speculative,
         # What each method renames a drafter to, and what the registry can load.
         "speculativeMethods": extract_methods(eagle_config, speculative),
         # The method names vLLM's SpeculativeConfig accepts at all.

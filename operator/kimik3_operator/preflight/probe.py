@@ -33,6 +33,8 @@ REPORT_SHAPES: dict[str, type | tuple[type, ...]] = {
     "platform": str,
     "fatal": str,
     "checksAuxHiddenStatesOverPP": bool,
+    "draftInheritsExpertParallel": bool,
+    "engine": dict,
     "targetConfig": (dict, type(None)),
     "drafterConfig": (dict, type(None)),
 }

@@ -39,6 +39,9 @@ CLI_ARGS_MODULES = (
 DSPARK_PP_REFUSAL = "DSpark does not support pipeline parallelism"
 DSPARK_DCP_REFUSAL = "MLA DSpark does not currently support decode context"
 AUX_PP_CHECK = "def verify_supports_aux_hidden_states_over_pp"
+# 0.30.0 gives the drafter the target's expert parallelism whatever the drafter is; a dense
+# drafter then fails ModelConfig's "Number of experts ... must be greater than 0".
+DRAFT_EP_INHERIT = "enable_expert_parallel=target_parallel_config.enable_expert_parallel"
 TARGET_CONFIG_KEYS = (
     "architectures",
     "num_attention_heads",
@@ -54,6 +57,8 @@ DRAFTER_CONFIG_KEYS = (
     "vocab_size",
     "draft_vocab_size",
     "n_predict",
+    "num_experts",
+    "num_local_experts",
     "target_layer_ids",
     "num_target_layers",
 )
@@ -452,6 +457,9 @@ def probe(request: dict[str, Any]) -> dict[str, Any]:
         "refusesDecodeContextParallel": DSPARK_DCP_REFUSAL
         in _text(root, "vllm/config/speculative.py"),
     }
+    report["draftInheritsExpertParallel"] = DRAFT_EP_INHERIT in _text(
+        root, "vllm/config/speculative.py"
+    )
     report["checksAuxHiddenStatesOverPP"] = AUX_PP_CHECK in _text(
         root, "vllm/v1/worker/gpu/spec_decode/eagle/eagle3_utils.py"
     )

@@ -570,6 +570,8 @@ def check_drafter(ctx: Context) -> Iterable[Finding]:
     yield from loadable
     if any(f.status == "Fail" for f in loadable):
         return
+    if spec.parallelism.expert and method in CHECKPOINT_METHODS:
+        yield from _draft_expert_parallel(ctx)
     if drafter.num_speculative_tokens is None and method in CHECKPOINT_METHODS:
         required = list(_tokens_required(ctx, drafter))
         yield from required
@@ -581,6 +583,29 @@ def check_drafter(ctx: Context) -> Iterable[Finding]:
         if any(f.status != "Pass" for f in mtp):
             return
     yield from _drafter_config(ctx, drafter.num_speculative_tokens)
+
+
+def _draft_expert_parallel(ctx: Context) -> Iterable[Finding]:
+    """A release that gives the drafter the target's expert parallelism whatever it is: a
+    drafter with no experts (every known Kimi-K3 drafter) fails vLLM's model config."""
+    if not (ctx.release() or {}).get("draftInheritsExpertParallel"):
+        return
+    facts = ctx.facts.drafter
+    if facts is not None and facts.experts:
+        return  # a mixture-of-experts drafter takes expert parallelism
+    yield Finding(
+        "draft-expert-parallel",
+        "Fail",
+        Reason.DRAFT_REFUSES_EXPERT_PARALLEL,
+        (
+            f"spec.parallelism.expert=true with a {ctx.spec.drafter.method} drafter on vLLM "
+            f"{_release_name(ctx)}: that release gives the drafter the target's expert "
+            'parallelism, and a drafter with no experts refuses it at start ("Number of '
+            'experts in the model must be greater than 0"); turn parallelism.expert off, or '
+            "use vllm-openai v0.31.0 or newer"
+        ),
+        DRAFTER,
+    )
 
 
 def _tokens_required(ctx: Context, drafter: ResolvedDrafter) -> Iterable[Finding]:
