@@ -25,6 +25,8 @@ import pytest
 
 from e2e.conftest import Cluster, OperatorProcess, condition, describe, kimi, wait_for
 from e2e.real_node import GPU_STAND_IN, RealNode, any_real_node, build_images, start_real_nodes
+from e2e.test_canary import leaders as leaders_of
+from e2e.test_canary import ready
 from e2e.test_real_serving import (
     PROMPTS,
     _complete,
@@ -33,7 +35,6 @@ from e2e.test_real_serving import (
     model_volume,
 )
 
-GROUP = "leaderworkerset.sigs.k8s.io/group-index"
 TEMPLATE = "serving.kimik3.io/template-hash"
 HEAD = {
     "method": "eagle3",
@@ -97,19 +98,8 @@ class Traffic:
 
 
 def leaders(cluster: Cluster, namespace: str) -> dict[int, dict[str, Any]]:
-    pods = cluster.items("pods", namespace, "app.kubernetes.io/component=leader")
-    return {
-        int(p["metadata"]["labels"][GROUP]): p
-        for p in pods
-        if not p["metadata"].get("deletionTimestamp")
-    }
-
-
-def ready(pod: dict[str, Any]) -> bool:
-    return any(
-        c["type"] == "Ready" and c["status"] == "True"
-        for c in pod.get("status", {}).get("conditions", [])
-    )
+    """The leader pod of each group of k3 that is not going away, by group index."""
+    return leaders_of(cluster, namespace, "k3")
 
 
 def template_of(cluster: Cluster, namespace: str) -> str:

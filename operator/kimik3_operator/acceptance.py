@@ -260,9 +260,8 @@ def rfc3339(at: float) -> str:
     return datetime.datetime.fromtimestamp(at, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _written_at(section: Mapping[str, object]) -> float | None:
-    """When status.speculative's numbers were last written, from its own sampledAt."""
-    text = section.get("sampledAt")
+def parse_rfc3339(text: object) -> float | None:
+    """Seconds since the epoch of a status timestamp (None: not one the operator writes)."""
     if not isinstance(text, str):
         return None
     try:
@@ -270,6 +269,11 @@ def _written_at(section: Mapping[str, object]) -> float | None:
     except ValueError:
         return None
     return parsed.replace(tzinfo=datetime.UTC).timestamp()
+
+
+def _written_at(section: Mapping[str, object]) -> float | None:
+    """When status.speculative's numbers were last written, from its own sampledAt."""
+    return parse_rfc3339(section.get("sampledAt"))
 
 
 def speculative_update(

@@ -11,13 +11,12 @@ the record of the canary in status.rollout.
 
 from __future__ import annotations
 
-import datetime
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from kimik3_operator.acceptance import LeaderSeries, delta_since, rfc3339
+from kimik3_operator.acceptance import LeaderSeries, delta_since, parse_rfc3339, rfc3339
 from kimik3_operator.api import constants as c
 from kimik3_operator.api.constants import ConditionType, Reason
 from kimik3_operator.api.spec import CanarySpec, KimiK3DeploymentSpec, SpecError, parse_spec
@@ -183,16 +182,6 @@ class Plan:
     tracks: Mapping[str, float] = field(default_factory=dict)
 
 
-def parse_time(text: Any) -> float | None:
-    if not isinstance(text, str):
-        return None
-    try:
-        parsed = datetime.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ")
-    except ValueError:
-        return None
-    return parsed.replace(tzinfo=datetime.UTC).timestamp()
-
-
 def canary_groups(replicas: int, canary: CanarySpec) -> tuple[int, list[int]]:
     """The partition and the groups at or above it: the highest-numbered go first."""
     partition = max(0, replicas - canary.groups)
@@ -240,9 +229,9 @@ def plan(inputs: Inputs) -> Plan:
             f"the others keep theirs until the canary has been observed for {canary.window}",
         )
         return Plan(False, partition, False, section, condition)
-    started = parse_time(record.get("startedAt"))
+    started = parse_rfc3339(record.get("startedAt"))
     started = inputs.now if started is None else started
-    ready_at = parse_time(record.get("observingSince"))
+    ready_at = parse_rfc3339(record.get("observingSince"))
     if ready_at is None and evidence.canary_ready:
         ready_at = inputs.now
     verdict = judge(

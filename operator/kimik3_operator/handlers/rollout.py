@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from kimik3_operator.acceptance import parse_rfc3339
 from kimik3_operator.api import constants as c
 from kimik3_operator.api.spec import KimiK3DeploymentSpec
 from kimik3_operator.builders.common import Owner
@@ -26,7 +27,6 @@ from kimik3_operator.rollout import (
     canary_groups,
     describe_change,
     groups_on,
-    parse_time,
     plan,
     stable_annotation,
     stable_of,
@@ -88,7 +88,7 @@ def rollout_step(
     if canary is not None and stable is not None and stable_hash != desired:
         partition, groups = canary_groups(spec.replicas, canary)
         ready = bool(groups) and set(groups) <= updated
-        since = parse_time(record.get("observingSince")) or now
+        since = parse_rfc3339(record.get("observingSince")) or now
         series = readings.acceptance.series.values() if readings.acceptance else ()
         canary_pods = [
             p
