@@ -53,7 +53,7 @@ class Cluster:
         }
 
     def kubectl(
-        self, *args: str, input: str | None = None, check: bool = True
+        self, *args: str, input: str | None = None, check: bool = True, timeout: float = 120
     ) -> subprocess.CompletedProcess[str]:
         result = subprocess.run(
             [str(self.bin_dir / "kubectl"), *args],
@@ -61,7 +61,7 @@ class Cluster:
             capture_output=True,
             text=True,
             env=self.env,
-            timeout=120,
+            timeout=timeout,
             check=False,
         )
         if check and result.returncode != 0:
@@ -109,8 +109,17 @@ def remove_test_namespaces(cluster: Cluster, timeout: int = 180) -> list[str]:
     still Terminating afterwards (none, when nothing holds a finalizer)."""
     selector = f"{TEST_NAMESPACE_LABEL}=true"
     cluster.kubectl("delete", "namespace", "-l", selector, "--wait=false", check=False)
+    # Real vLLM pods may take their whole grace period (120 s) to stop: the wait's own
+    # timeout, not the call's, decides.
     cluster.kubectl(
-        "wait", "--for=delete", "namespace", "-l", selector, f"--timeout={timeout}s", check=False
+        "wait",
+        "--for=delete",
+        "namespace",
+        "-l",
+        selector,
+        f"--timeout={timeout}s",
+        check=False,
+        timeout=timeout + 30,
     )
     listed = json.loads(cluster.kubectl("get", "namespaces", "-o", "json").stdout)["items"]
     return [
