@@ -3,13 +3,19 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
+PYTEST := $(PY) -m pytest -q --durations=15
 export KUBECONFIG_E2E := $(CURDIR)/e2e/.run/kubeconfig
 
-.PHONY: help deps venv lint fmt unit test-vllm e2e test cluster-tools cluster-up cluster-down demo vllm-venv clean
+.PHONY: help deps venv lint fmt unit test-unit test-vllm test-e2e test-real test prepare \
+	cluster-tools cluster-up cluster-down demo vllm-venv clean
 
 help:
 	@echo "make demo          local control plane + fake GPU nodes + operator + sample deployment"
-	@echo "make test          unit tests, the real-vllm parser tier and the end-to-end tests"
+	@echo "make test          every tier below, the unit tests first (a red one stops the run)"
+	@echo "make test-unit     unit tests (the project's venv only; seconds)"
+	@echo "make test-vllm     the real-vllm tier (builds the vllm venv once)"
+	@echo "make test-e2e      end to end on the real control plane with KWOK's GPU nodes"
+	@echo "make test-real     real containers and vLLM on the two real nodes"
 	@echo "make lint          ruff and mypy"
 	@echo "make cluster-up    start (or reuse) the control plane; cluster-down stops it"
 
@@ -32,14 +38,16 @@ fmt: venv
 	$(VENV)/bin/ruff format operator e2e bench
 	$(VENV)/bin/ruff check --fix operator e2e bench
 
-unit: venv
-	$(PY) -m pytest -q -m "not vllm" operator/tests
+# Each tier alone; `make test` runs them all. The tiers are pytest markers (pyproject.toml):
+# unit (no marker), vllm, kwok, real_node.
+test-unit unit: venv
+	$(PYTEST) -m "not vllm" operator/tests
 
 vllm-venv:
 	bash scripts/vllm-venv.sh
 
 test-vllm: venv vllm-venv
-	$(PY) -m pytest -q operator/tests/vllm_tier
+	$(PYTEST) -m vllm operator/tests
 
 cluster-tools:
 	bash e2e/cluster/build-tools.sh
@@ -50,12 +58,23 @@ cluster-up: deps venv
 cluster-down:
 	bash e2e/cluster/down.sh
 
-e2e: deps venv cluster-up
-	$(PY) -m pytest -q e2e
+test-e2e: cluster-up
+	$(PYTEST) -m kwok e2e
 
-# The whole suite in one run: unit, real-vllm parser tier, end-to-end on the real control plane.
-test: deps venv vllm-venv cluster-up
-	$(PY) -m pytest -q operator/tests e2e
+test-real: cluster-up
+	bash e2e/runtime/prebuild.sh start
+	bash e2e/runtime/prebuild.sh wait
+	$(PYTEST) -m real_node e2e
+
+# Everything the other tiers need, side by side (the Go tools beside the packages, venvs and
+# root filesystem).
+prepare: venv
+	bash scripts/prepare.sh
+
+# The whole suite (scripts/test.sh): the unit tests before any build, then the builds side by
+# side, the real tier's images in the background while the vllm and KWOK tiers run.
+test: venv
+	bash scripts/test.sh
 
 demo: venv cluster-up
 	PYTHON=$(CURDIR)/$(PY) bash e2e/demo.sh

@@ -91,6 +91,18 @@ class Cluster:
 
 
 TEST_NAMESPACE_LABEL = "kimik3.io/e2e-test"
+TIERS = ("kwok", "real_node")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every end-to-end test belongs to exactly one tier, so none falls outside `make test`."""
+    here = pathlib.Path(__file__).parent
+    for item in items:
+        if here not in pathlib.Path(str(item.path)).parents:
+            continue
+        tiers = [t for t in TIERS if item.get_closest_marker(t)]
+        if len(tiers) != 1:
+            raise pytest.UsageError(f"{item.nodeid}: mark it with one of {TIERS}, not {tiers}")
 
 
 def create_test_namespace(cluster: Cluster, name: str) -> str:

@@ -22,6 +22,8 @@ import pytest
 from e2e.conftest import Cluster, OperatorProcess, condition, describe, kimi, wait_for
 from e2e.vllm_exporter import FakeLeader
 
+pytestmark = pytest.mark.kwok
+
 OLD = "vllm/vllm-openai:v0.33.0"
 NEW = "vllm/vllm-openai:v0.34.0"
 GOOD = (0.9, 0.8, 0.7, 0.6)  # 75% of drafted tokens accepted

@@ -31,6 +31,8 @@ from e2e.conftest import (
     wait_for,
 )
 
+pytestmark = pytest.mark.kwok
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 CHART = ROOT / "charts" / "kimik3-operator"
 VARIANTS = ["default", *sorted(p.stem for p in (CHART / "ci").glob("*-values.yaml"))]

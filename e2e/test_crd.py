@@ -8,6 +8,8 @@ import pytest
 
 from e2e.conftest import Cluster, kimi
 
+pytestmark = pytest.mark.kwok
+
 BAD_SPECS: list[tuple[str, dict[str, Any], str]] = [
     (
         "tp-not-whole-nodes",

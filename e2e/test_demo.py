@@ -10,7 +10,11 @@ import signal
 import subprocess
 import sys
 
+import pytest
+
 from e2e.conftest import ROOT, RUN, Cluster
+
+pytestmark = pytest.mark.kwok
 
 
 def stop_demo(cluster: Cluster) -> None:

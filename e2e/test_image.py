@@ -12,6 +12,10 @@ import subprocess
 import sys
 import venv
 
+import pytest
+
+pytestmark = pytest.mark.kwok
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DOCKERFILE = ROOT / "images" / "operator" / "Dockerfile"
 

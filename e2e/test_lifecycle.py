@@ -10,7 +10,11 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from e2e.conftest import Cluster, OperatorProcess, condition, describe, kimi, wait_for
+
+pytestmark = pytest.mark.kwok
 
 LWS_GROUP_LABEL = "leaderworkerset.sigs.k8s.io/group-index"
 # The image probe runs a container, which KWOK cannot; test_preflight.py plays it explicitly.

@@ -90,6 +90,7 @@ def hub_on_the_bridge(cluster: Cluster) -> Iterator[tuple[RealNode, FakeHub]]:
     hub.stop()
 
 
+@pytest.mark.real_node
 def test_a_real_download_fills_the_cache_resumes_after_a_kill_and_gates_the_rollout(
     cluster: Cluster,
     namespace: str,
@@ -210,6 +211,7 @@ def test_a_real_download_fills_the_cache_resumes_after_a_kill_and_gates_the_roll
         shutil.rmtree(host_dir, ignore_errors=True)
 
 
+@pytest.mark.kwok
 def test_a_new_revision_is_downloaded_before_the_rollout_on_kwok(
     cluster: Cluster, namespace: str, volumes: list[str], operator: OperatorProcess
 ) -> None:

@@ -32,6 +32,8 @@ from kimik3_operator.handlers.reconcile import Context, reconcile
 from kimik3_operator.handlers.status import Readings
 from kimik3_operator.runtime.readers import AcceptanceReader
 
+pytestmark = pytest.mark.kwok
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 CHART = ROOT / "charts" / "kimik3-operator"
 DASHBOARDS = CHART / "dashboards"

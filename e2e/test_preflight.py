@@ -11,6 +11,7 @@ import pathlib
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 import yaml
 
 from e2e.conftest import (
@@ -23,6 +24,8 @@ from e2e.conftest import (
     wait_for,
 )
 from e2e.play_probe import play
+
+pytestmark = pytest.mark.kwok
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 

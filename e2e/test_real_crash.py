@@ -31,6 +31,8 @@ from e2e.fake_hub import FakeHub
 from e2e.real_node import RealNode, start_real_node
 from e2e.test_real_serving import _serving_spec, forget_model_volume, model_volume
 
+pytestmark = pytest.mark.real_node
+
 HEAD_REPO = "tiny/eagle3-head"
 SERVED_HEAD = {
     "method": "eagle3",
@@ -69,6 +71,8 @@ class Refused:
     seconds: float
     capabilities: dict[str, Any]
     report: dict[str, Any]
+    hub_requests: list[str]
+    probe_pods: list[dict[str, Any]]
 
 
 def refused_by_the_probe(
@@ -91,7 +95,11 @@ def refused_by_the_probe(
         started = time.monotonic()
         cluster.apply(kimi("k3", **spec), namespace)
 
+        probes: dict[str, dict[str, Any]] = {}
+
         def refused() -> dict[str, Any] | None:
+            for pod in cluster.items("pod", namespace, "app.kubernetes.io/component=preflight"):
+                probes[pod["metadata"]["uid"]] = pod
             body = cluster.get("kk3d", "k3", namespace) or {}
             verified = condition(body, "CapabilitiesVerified")
             source = ((body.get("status") or {}).get("capabilities") or {}).get("source")
@@ -106,7 +114,7 @@ def refused_by_the_probe(
         serving = cluster.items("pod", namespace, "app.kubernetes.io/component=leader")
         assert serving == [], "no serving pod was created"
         assert cluster.get("leaderworkerset", "k3", namespace) is None
-        return Refused(seconds, verdict, report)
+        return Refused(seconds, verdict, report, list(hub.requested), list(probes.values()))
     finally:
         operator.stop()
         hub.stop()
@@ -189,6 +197,17 @@ def test_the_seed_crash_is_refused_by_the_probe_in_the_exact_image(
     message = refused.capabilities["message"]
     assert "GemmaForCausalLM" in message and "'eagle3'" in message and "(vLLM 0.32.0)" in message
     assert "set spec.drafter.method to mtp or none" in message
+    # The probe ran as the operator's Job on the real node, in the serving image itself, and
+    # read the drafter's config.json from the Hub the spec names (HF_ENDPOINT).
+    assert [p["spec"]["nodeName"] for p in refused.probe_pods] == [node.name]
+    assert (
+        refused.probe_pods[0]["spec"]["containers"][0]["image"]
+        == gemma_spec(node)["engine"]["image"]
+    )
+    assert any(path.startswith(f"/{HEAD_REPO}/resolve/") for path in refused.hub_requests), (
+        refused.hub_requests
+    )
+    assert str(refused.report.get("vllmVersion")).startswith("0.32.0"), refused.report
 
 
 def test_the_seed_crash_is_named_from_its_own_lines_and_parked(

@@ -34,6 +34,8 @@ from e2e.real_node import (
 )
 from e2e.test_real_serving import _serving_spec, forget_model_volume, model_volume
 
+pytestmark = pytest.mark.real_node
+
 LEADER = "app.kubernetes.io/component=leader"
 WORKER = "app.kubernetes.io/component=worker"
 

