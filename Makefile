@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 PYTEST := $(PY) -m pytest -q --durations=15
 export KUBECONFIG_E2E := $(CURDIR)/e2e/.run/kubeconfig
 
-.PHONY: help deps venv lint fmt unit test-unit test-vllm test-e2e test-real test prepare \
+.PHONY: help deps venv lint fmt unit e2e test-unit test-vllm test-e2e test-real test prepare \
 	cluster-tools cluster-up cluster-down demo vllm-venv clean
 
 help:
@@ -81,3 +81,6 @@ demo: venv cluster-up
 
 clean: cluster-down
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+
+# The names these tiers had before.
+e2e: test-e2e

@@ -322,6 +322,7 @@ def test_rbac_is_least_privilege(cluster: Cluster, release: tuple[str, str]) -> 
     assert all("*" not in r.get("verbs", []) + r.get("resources", []) for r in rules)
 
 
+@pytest.mark.timing_sensitive
 def test_leader_election_fails_over(
     cluster: Cluster, release: tuple[str, str], wait_condition: Callable[..., dict[str, Any]]
 ) -> None:

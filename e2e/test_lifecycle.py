@@ -282,6 +282,7 @@ def test_restarted_operator_leaves_unchanged_children_alone(
     assert "Traceback" not in operator.log.read_text()
 
 
+@pytest.mark.timing_sensitive
 def test_a_node_deleted_under_a_running_group_is_named_then_the_group_recovers(
     cluster: Cluster,
     namespace: str,

@@ -234,6 +234,14 @@ def test_a_new_revision_is_downloaded_before_the_rollout_on_kwok(
     lws = wait_for(
         lambda: cluster.get("leaderworkerset", "k3", namespace), 60, "the LeaderWorkerSet", explain
     )
+    # The old revision serves before the change (KWOK marks the pods Ready; on a loaded machine
+    # that can come after the LeaderWorkerSet).
+    wait_for(
+        lambda: _condition(_status(cluster, namespace), "Available").get("status") == "True",
+        60,
+        "the first revision Available",
+        explain,
+    )
 
     # A new revision: a new download, while the running LeaderWorkerSet keeps the old one.
     patch = {"spec": {"model": {"revision": "v2"}}}

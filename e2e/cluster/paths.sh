@@ -4,6 +4,17 @@ cluster_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=versions.env
 source "$cluster_dir/versions.env"
 cache_root="${KIMIK3_CACHE:-$HOME/.cache/kimik3-operator}"
+# Each component is built into a directory of its own, keyed by its version (and, for those
+# built from a module here, that module's files), so a new version of one (LWS v0.10.0, say)
+# rebuilds that one alone; a component added later (Kueue, KEDA, the endpoint picker, the
+# simulator) gets a directory of its own the same way.
+module_key() { cat "$cluster_dir/$1"/go.{mod,sum} | sha256sum | cut -c1-12; }
+k8s_dir="$cache_root/tools/k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}-$(module_key k8s)"
+kwok_dir="$cache_root/tools/kwok-${KWOK_VERSION}"
+helm_dir="$cache_root/tools/helm-${HELM_VERSION}"
+lws_dir="$cache_root/tools/lws-${LWS_VERSION}-$(module_key lws)"
+# The directory the scripts and tests use: hard links to every component's binaries, keyed by
+# all their versions.
 tools_key="k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}_helm-${HELM_VERSION}_lws-${LWS_VERSION}"
 bin="$cache_root/tools/$tools_key/bin"
 # CoreDNS is keyed by its own module (version and plugins), so a change there does not

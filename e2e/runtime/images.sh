@@ -123,10 +123,29 @@ build_vllm() {
     ctr --address "$home_sock" -n k8s.io images rm "$ref" >/dev/null 2>&1 || true
     venv="$(bash "$root/scripts/$venv_script" | tail -1)"
     site="$("$venv" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+    # The same stream goes into every other running node's containerd at once, instead of a
+    # copy from node 0's afterwards.
+    local other fifos=() importers=() others=()
+    for other in $(started_nodes); do
+      [[ "$other" == 0 || ! -S "$(node_state "$other")/containerd.sock" ]] && continue
+      ctr --address "$(node_state "$other")/containerd.sock" -n k8s.io images rm "$ref" \
+        >/dev/null 2>&1 || true
+      fifos+=("$(mktemp -u)")
+      mkfifo "${fifos[-1]}"
+      ctr --address "$(node_state "$other")/containerd.sock" -n k8s.io images import - \
+        < "${fifos[-1]}" >/dev/null &
+      importers+=($!) others+=("$other")
+    done
     python3 "$here/stream_image.py" "$ref" "$(bash "$here/base-rootfs.sh")" "$site" "$archives" \
-      | ctr --address "$home_sock" -n k8s.io images import - >/dev/null
+      | tee "${fifos[@]}" | ctr --address "$home_sock" -n k8s.io images import - >/dev/null
+    local index
+    for index in "${!importers[@]}"; do
+      wait "${importers[$index]}"
+      echo "$key" > "$stamp.node-${others[$index]}"
+    done
+    rm -f "${fifos[@]}"
     echo "$key" > "$stamp"
-    echo "$ref: built and loaded in $(( $(date +%s) - t0 ))s"
+    echo "$ref: built and loaded in $(( $(date +%s) - t0 ))s (into nodes 0 ${others[*]})"
   fi
   [[ "$node" == 0 ]] && return 0
   # Another node: the image as node 0 holds it, exported into this node's containerd.
