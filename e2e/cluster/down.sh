@@ -69,6 +69,25 @@ if [[ -x "$bin/kube-proxy" ]] && command -v iptables >/dev/null \
   && iptables -t nat -S 2>/dev/null | grep -q KUBE-; then
   "$bin/kube-proxy" --cleanup >/dev/null 2>&1 || true
 fi
+# The kubelets' own chains (KUBE-FIREWALL, KUBE-KUBELET-CANARY, KUBE-IPTABLES-HINT), and any
+# KUBE- chain kube-proxy left, once no kubelet runs on this machine.
+if ! pgrep -x kubelet >/dev/null; then
+  for tool in iptables ip6tables; do
+    command -v "$tool" >/dev/null || continue
+    for table in filter nat mangle; do
+      # (Captured first: with pipefail, a grep that matches nothing would end the script.)
+      rules="$("$tool" -t "$table" -S 2>/dev/null || true)"
+      while read -r _ rule; do
+        [[ -n "$rule" ]] || continue
+        read -ra words <<< "$rule"
+        "$tool" -t "$table" -D "${words[@]}" 2>/dev/null || true
+      done < <(grep -- '^-A [A-Z]* .*-j KUBE-' <<< "$rules" | grep -v -- '^-A KUBE-' || true)
+      chains="$(awk '$1 == "-N" && $2 ~ /^KUBE-/ {print $2}' <<< "$rules")"
+      for chain in $chains; do "$tool" -t "$table" -F "$chain" 2>/dev/null || true; done
+      for chain in $chains; do "$tool" -t "$table" -X "$chain" 2>/dev/null || true; done
+    done
+  done
+fi
 if [[ -x "$bin/kwokctl" ]]; then
   "$bin/kwokctl" delete cluster --name kimik3-e2e >/dev/null 2>&1 || true
 fi
