@@ -91,6 +91,9 @@ class Cluster:
 
 
 TEST_NAMESPACE_LABEL = "kimik3.io/e2e-test"
+# The value this session labels its namespaces with: `make test` runs the KWOK and the real
+# tier side by side, and each session removes (and checks) only its own.
+SESSION = os.environ.get("KIMIK3_E2E_SESSION", "true")
 TIERS = ("kwok", "real_node")
 
 
@@ -110,16 +113,16 @@ def create_test_namespace(cluster: Cluster, name: str) -> str:
     manifest = {
         "apiVersion": "v1",
         "kind": "Namespace",
-        "metadata": {"name": name, "labels": {TEST_NAMESPACE_LABEL: "true"}},
+        "metadata": {"name": name, "labels": {TEST_NAMESPACE_LABEL: SESSION}},
     }
     cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(manifest))
     return name
 
 
 def remove_test_namespaces(cluster: Cluster, timeout: int = 180) -> list[str]:
-    """Deletes every test namespace, waits until they are gone, and returns any namespace
-    still Terminating afterwards (none, when nothing holds a finalizer)."""
-    selector = f"{TEST_NAMESPACE_LABEL}=true"
+    """Deletes this session's test namespaces, waits until they are gone, and returns any of
+    them still there afterwards, Terminating or not (none, when nothing holds a finalizer)."""
+    selector = f"{TEST_NAMESPACE_LABEL}={SESSION}"
     cluster.kubectl("delete", "namespace", "-l", selector, "--wait=false", check=False)
     # Real vLLM pods may take their whole grace period (120 s) to stop: the wait's own
     # timeout, not the call's, decides.
@@ -134,12 +137,17 @@ def remove_test_namespaces(cluster: Cluster, timeout: int = 180) -> list[str]:
         timeout=timeout + 30,
     )
     listed = json.loads(cluster.kubectl("get", "namespaces", "-o", "json").stdout)["items"]
-    return [
-        ns["metadata"]["name"]
-        for ns in listed
-        if ns.get("status", {}).get("phase") == "Terminating"
-        or TEST_NAMESPACE_LABEL in (ns["metadata"].get("labels") or {})
-    ]
+    left = []
+    for ns in listed:
+        labels = ns["metadata"].get("labels") or {}
+        terminating = ns.get("status", {}).get("phase") == "Terminating"
+        # Ours, or a namespace no session labelled (the demo's) hanging in Terminating; the
+        # other session's are its own to check.
+        if labels.get(TEST_NAMESPACE_LABEL) == SESSION or (
+            terminating and TEST_NAMESPACE_LABEL not in labels
+        ):
+            left.append(ns["metadata"]["name"])
+    return left
 
 
 @pytest.fixture(scope="session")

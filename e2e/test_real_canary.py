@@ -74,7 +74,7 @@ def with_drafter(probe_node: RealNode, drafter: dict[str, Any]) -> dict[str, Any
         # The head is a config only: its weights (and the target's) are vLLM's dummy ones.
         spec["engine"]["extraArgs"] = ["--enforce-eager", "--load-format", "dummy"]
     spec["placement"].update(any_real_node(), gpuResource=GPU_STAND_IN)
-    spec["rollout"] = {"canary": {"window": "40s"}}
+    spec["rollout"] = {"canary": {"window": "20s"}}
     return spec
 
 

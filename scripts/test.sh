@@ -2,8 +2,8 @@
 # `make test`: every tier, the cheapest first. The unit tests run before any build, so a red
 # one fails the run within minutes; then the builds run side by side (scripts/prepare.sh), the
 # control plane comes up, and the real tier's images build in the background while the vllm
-# and KWOK tiers run side by side; the KWOK tests that assert a time bound run after them, and
-# the real tier last. Every later tier runs even when an earlier one failed; the run fails if
+# and KWOK tiers run side by side; the real tier starts once its images are built, and the
+# KWOK tests that assert a time bound run last, alone. Every later tier runs even when an earlier one failed; the run fails if
 # any did. A run killed midway leaves e2e/.run/test.pid behind, and the next run starts by
 # removing what it left (e2e/cluster/down.sh --if-killed).
 set -uo pipefail
@@ -30,24 +30,29 @@ bash scripts/prepare.sh || finish 1
 PYTHON="$py" bash e2e/cluster/up.sh || finish 1
 bash e2e/runtime/prebuild.sh start || finish 1
 status=0
-# The vllm tier needs no cluster and is CPU bound; the KWOK tier mostly waits on the control
-# plane: they run side by side (the vllm tier's output follows once it is done), beside the
-# image build.
-stamp "vllm tier, beside the KWOK tier"
+# Side by side, each with its output kept until it is done: the vllm tier (no cluster, CPU
+# bound) and the KWOK tier (it mostly waits on the control plane) from now, beside the image
+# build; the real tier as soon as its images are built. The KWOK tests that assert a time
+# bound run last, with nothing else running.
+stamp "vllm and KWOK tiers, beside the image build"
 "${pytest[@]}" -p no:cacheprovider -m vllm operator/tests > e2e/.run/vllm-tier.log 2>&1 &
 vllm_tier=$!
-"${pytest[@]}" -m "kwok and not timing_sensitive" e2e || status=1
-wait "$vllm_tier" || status=1
-stamp "vllm tier done; its output"
-cat e2e/.run/vllm-tier.log
-# The time-bound tests, and then the real tier, once the images are built (nothing else runs).
+KIMIK3_E2E_SESSION=kwok "${pytest[@]}" -p no:cacheprovider -m "kwok and not timing_sensitive" e2e \
+  > e2e/.run/kwok-tier.log 2>&1 &
+kwok_tier=$!
 stamp "waiting for the real tier's images"
 if bash e2e/runtime/prebuild.sh wait; then
-  stamp "KWOK tier's time-bound tests"
-  "${pytest[@]}" -m "kwok and timing_sensitive" e2e || status=1
   stamp "real-node tier"
-  "${pytest[@]}" -m real_node e2e || status=1
+  KIMIK3_E2E_SESSION=real "${pytest[@]}" -m real_node e2e || status=1
 else
   status=1
 fi
+for tier in vllm kwok; do
+  pid_var="${tier}_tier"
+  wait "${!pid_var}" || status=1
+  stamp "$tier tier done at +$(( $(stat -c %Y "e2e/.run/$tier-tier.log") - started ))s; its output"
+  cat "e2e/.run/$tier-tier.log"
+done
+stamp "KWOK tier's time-bound tests"
+KIMIK3_E2E_SESSION=kwok "${pytest[@]}" -m "kwok and timing_sensitive" e2e || status=1
 finish "$status"

@@ -17,10 +17,16 @@ home_sock="$(node_state 0)/containerd.sock"
 sock="$(node_state "$node")/containerd.sock"
 archives="$cache_root/images"
 mkdir -p "$archives"
-# One build at a time: a test asking for an image that the background build (prebuild.sh) is
-# still making waits for it instead of making it a second time.
-exec 9>"$archives/.lock"
-flock 9
+# One build or import at a time: a test asking for an image that the background build
+# (prebuild.sh) is still making waits for it instead of making it a second time. Taken only
+# when something is to be done (an image already loaded is answered at once), and each step
+# checks again once it holds it.
+lock() {
+  [[ -n "${locked:-}" ]] && return 0
+  exec 9>"$archives/.lock"
+  flock 9
+  locked=1
+}
 
 inputs_key() { cat "$@" | sha256sum | cut -c1-16; }
 
@@ -41,7 +47,8 @@ loaded() {
 load() {
   local ref="$1" archive="$2" t0
   t0=$(date +%s%N)
-  loaded "$ref" || ctr --address "$sock" -n k8s.io images import --no-unpack "$archive" >/dev/null
+  loaded "$ref" || { lock; loaded "$ref"; } \
+    || ctr --address "$sock" -n k8s.io images import --no-unpack "$archive" >/dev/null
   echo "$ref: loaded in $(( ($(date +%s%N) - t0) / 1000000 )) ms"
 }
 
@@ -62,6 +69,7 @@ build() {
   local name="$1" ref="$2" key="$3" archive t0
   archive="$archives/$name-$key.tar"
   t0=$(date +%s)
+  [[ -s "$archive" ]] || lock
   if [[ ! -s "$archive" ]]; then
     "build_$name" "$ref"
     rm -f "$archive.tmp" "$archives/$name"-*.tar
@@ -117,7 +125,10 @@ build_vllm() {
   t0=$(date +%s)
   key="$(inputs_key "$here/stream_image.py" "$root/scripts/$venv_script" "$here/base-rootfs.sh")"
   stamp="$archives/$(echo "$ref" | tr '/:' '__').key"
-  if loaded "$ref" "$home_sock" && [[ "$(cat "$stamp" 2>/dev/null)" == "$key" ]]; then
+  local build_now=""
+  current() { loaded "$ref" "$home_sock" && [[ "$(cat "$stamp" 2>/dev/null)" == "$key" ]]; }
+  current || { lock; current; } || build_now=1
+  if [[ -z "${build_now:-}" ]]; then
     echo "$ref: already in containerd"
   else
     ctr --address "$home_sock" -n k8s.io images rm "$ref" >/dev/null 2>&1 || true
@@ -151,7 +162,8 @@ build_vllm() {
   # Another node: the image as node 0 holds it, exported into this node's containerd.
   local node_stamp="$stamp.node-$node"
   t0=$(date +%s)
-  if loaded "$ref" && [[ "$(cat "$node_stamp" 2>/dev/null)" == "$key" ]]; then
+  copied() { loaded "$ref" && [[ "$(cat "$node_stamp" 2>/dev/null)" == "$key" ]]; }
+  if copied || { lock; copied; }; then
     echo "$ref: already in node $node's containerd"
     return 0
   fi
