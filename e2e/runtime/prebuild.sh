@@ -40,13 +40,12 @@ case "${1:-}" in
     ;;
   wait)
     [[ -f "$pidfile" || -f "$rc" ]] || exit 0
-    while [[ ! -f "$rc" ]]; do
-      if ! kill -0 "$(cat "$pidfile")" 2>/dev/null && [[ ! -f "$rc" ]]; then
-        sleep 1
-        [[ -f "$rc" ]] || { echo "prebuild: the build stopped without a result" >&2; exit 1; }
-      fi
+    # The background shell writes the result as its last act, so once it is gone the result
+    # is there, unless it was killed.
+    while [[ ! -f "$rc" ]] && kill -0 "$(cat "$pidfile")" 2>/dev/null; do
       sleep 2
     done
+    [[ -f "$rc" ]] || { echo "prebuild: the build stopped without a result" >&2; exit 1; }
     cat "$log" >&2
     exit "$(cat "$rc")"
     ;;
