@@ -12,10 +12,11 @@ from typing import Any
 import yaml
 
 from kimik3_operator.api import constants as c
-from kimik3_operator.api.spec import SpecError, parse_spec
+from kimik3_operator.api.spec import KimiK3DeploymentSpec, SpecError, parse_spec
 from kimik3_operator.builders.children import build_children
 from kimik3_operator.builders.common import Owner
 from kimik3_operator.builders.model_cache import build_cache_claim, build_download_job
+from kimik3_operator.pod_security import LEVELS, Level, Policy
 
 
 def load_resource(path: str) -> dict[str, Any]:
@@ -32,13 +33,17 @@ def load_resource(path: str) -> dict[str, Any]:
     return found[0]
 
 
-def render(resource: dict[str, Any]) -> list[dict[str, Any]]:
+def _owner(resource: dict[str, Any]) -> Owner:
     meta = resource.get("metadata", {}) or {}
-    owner = Owner(
+    return Owner(
         meta.get("name", "kimi-k3"),
         meta.get("namespace", "default"),
         meta.get("uid", "00000000-0000-0000-0000-000000000000"),
     )
+
+
+def render(resource: dict[str, Any]) -> list[dict[str, Any]]:
+    owner = _owner(resource)
     spec = parse_spec(resource.get("spec"))
     cache: list[dict[str, Any]] = []
     if spec.model.cache is not None:
@@ -88,6 +93,8 @@ def _cmd_preflight(args: argparse.Namespace) -> int:
         drafter=drafter_facts(drafter_config, f"{args.drafter_config}/config.json"),
     )
     result = report(run_rules(spec, facts))
+    if args.pod_security:
+        result = _with_pod_security(result, resource, spec, args.pod_security)
     if args.output == "json":
         print(json.dumps(result, indent=2))
     else:
@@ -95,6 +102,31 @@ def _cmd_preflight(args: argparse.Namespace) -> int:
         for check in result["checks"]:
             print(f"  {check['status']:<7} {check['id']:<22} {check['reason']}: {check['message']}")
     return {"Pass": 0, "Fail": 2, "NeedsProbe": 3}[result["verdict"]]
+
+
+def _with_pod_security(
+    result: dict[str, Any], resource: dict[str, Any], spec: KimiK3DeploymentSpec, level: Level
+) -> dict[str, Any]:
+    """The preflight's report with the Pod Security check the operator makes against the
+    namespace's enforced level: a refusal fails the verdict, as it blocks the deployment."""
+    from kimik3_operator.handlers.admission import predict
+
+    owner = _owner(resource)
+    refusal = predict(spec, owner, Policy(level))
+    check: dict[str, Any] = {
+        "id": "PodSecurity",
+        "status": "Pass",
+        "reason": "PodSecurityAdmitted",
+        "message": f"a namespace enforcing Pod Security {level} admits every pod of this spec",
+    }
+    if refusal is not None:
+        check.update(
+            status="Fail",
+            reason=str(c.Reason.POD_SECURITY_REFUSED),
+            message=refusal.message(owner.namespace),
+        )
+        result = {**result, "verdict": "Fail"}
+    return {**result, "checks": [*result["checks"], check]}
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
@@ -162,6 +194,12 @@ def build_parser() -> argparse.ArgumentParser:
     pre.add_argument("-f", "--file", required=True, help="a KimiK3Deployment YAML ('-': stdin)")
     pre.add_argument("--model-config", help="the target's config.json, or its directory")
     pre.add_argument("--drafter-config", help="the drafter's config.json, or its directory")
+    pre.add_argument(
+        "--pod-security",
+        choices=LEVELS,
+        help="the Pod Security level the namespace enforces "
+        "(its pod-security.kubernetes.io/enforce label): fail if it would refuse a pod",
+    )
     pre.add_argument("-o", "--output", choices=("text", "json"), default="text")
     pre.set_defaults(func=_cmd_preflight)
     stat = sub.add_parser("status", help="conditions and acceptance by position of a resource")

@@ -154,9 +154,10 @@ def test_gpu_resources_shm_and_placement() -> None:
     for role in ("leaderTemplate", "workerTemplate"):
         pod = lws["spec"]["leaderWorkerTemplate"][role]
         c = container(pod)
-        want = {"nvidia.com/gpu": 8, "cpu": "32", "memory": "512Gi"}
-        # Each pod downloads the weights itself here: its disk is asked for.
-        asked = {**want, "ephemeral-storage": "1700G"}
+        want = {"nvidia.com/gpu": 8, "memory": "512Gi"}
+        # Each pod downloads the weights itself here: its disk is asked for. The CPU is a
+        # request only.
+        asked = {**want, "cpu": "32", "ephemeral-storage": "1700G"}
         assert c["resources"] == {"requests": asked, "limits": want}
         assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "32Gi"}} in (
             pod["spec"]["volumes"]
@@ -306,17 +307,77 @@ def _every_pod_spec(spec: Any) -> list[dict[str, Any]]:
 
 
 def test_every_pod_is_hardened() -> None:
-    """What checkov and kube-score ask of a pod: no token, seccomp, no escalation, no caps."""
+    """What checkov, kube-score and the restricted Pod Security level ask of a pod: no token,
+    seccomp, non-root, no escalation, no caps, a read-only image, size-limited scratch."""
     spec = spec_of(model={"cache": {}})
     for pod in _every_pod_spec(spec):
         assert pod["automountServiceAccountToken"] is False
-        assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+        assert pod["securityContext"] == {
+            "seccompProfile": {"type": "RuntimeDefault"},
+            "runAsNonRoot": True,
+            "runAsUser": 1000,
+            "runAsGroup": 1000,
+            "fsGroup": 1000,
+            "fsGroupChangePolicy": "OnRootMismatch",
+        }
         for c in pod["containers"]:
             assert c["securityContext"] == {
                 "allowPrivilegeEscalation": False,
                 "capabilities": {"drop": ["ALL"]},
+                "readOnlyRootFilesystem": True,
             }
             assert c["resources"]["requests"]["memory"], "never BestEffort"
+            assert {"name": "tmp", "mountPath": "/tmp"} in c["volumeMounts"]
+            env = {e["name"]: e.get("value") for e in c["env"]}
+            assert env["HOME"] == "/tmp" and env["USER"], "a writable HOME, a name for getpass"
+        for volume in pod["volumes"]:
+            if "emptyDir" in volume:
+                assert volume["emptyDir"]["sizeLimit"], f"{volume['name']} has no size limit"
+
+
+def test_capabilities_run_as_the_images_user_unless_told_otherwise() -> None:
+    """A non-root process loses added capabilities when it starts vLLM: with them, the
+    serving pods default to the image's user; the Jobs stay non-root."""
+    spec = spec_of(model={"cache": {}}, engine={"addCapabilities": ["IPC_LOCK"]})
+    serving, _, probe, download = _every_pod_spec(spec)
+    assert serving["securityContext"] == {"seccompProfile": {"type": "RuntimeDefault"}}
+    for job in (probe, download):
+        assert job["securityContext"]["runAsNonRoot"] is True
+        assert job["securityContext"]["runAsUser"] == 1000
+    told = spec_of(
+        engine={"addCapabilities": ["SYS_NICE"]},
+        securityContext={"runAsNonRoot": True, "runAsUser": 2000, "readOnlyRootFilesystem": False},
+    )
+    pod = lws_of(told)["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]
+    assert pod["securityContext"]["runAsUser"] == 2000
+    assert pod["securityContext"]["runAsGroup"] == 1000, "the documented default group"
+    assert pod["containers"][0]["securityContext"]["readOnlyRootFilesystem"] is False
+    root = spec_of(model={"cache": {}}, securityContext={"runAsNonRoot": False, "runAsUser": 0})
+    probe_pod = _every_pod_spec(root)[2]
+    assert probe_pod["securityContext"]["runAsUser"] == 1000, "a Job never runs as root"
+
+
+def test_cpu_is_a_request_and_a_limit_only_when_asked() -> None:
+    c = container(
+        lws_of(spec_of(resources={"cpu": "16"}))["spec"]["leaderWorkerTemplate"]["leaderTemplate"]
+    )
+    assert c["resources"]["requests"]["cpu"] == "16"
+    assert "cpu" not in c["resources"]["limits"]
+    c = container(
+        lws_of(spec_of(resources={"cpu": "16", "cpuLimit": "32"}))["spec"]["leaderWorkerTemplate"][
+            "leaderTemplate"
+        ]
+    )
+    assert (c["resources"]["requests"]["cpu"], c["resources"]["limits"]["cpu"]) == ("16", "32")
+
+
+def test_hf_cache_is_sized_for_what_it_holds() -> None:
+    def hf_cache(spec: KimiK3DeploymentSpec) -> dict[str, Any]:
+        pod = lws_of(spec)["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]
+        return next(v["emptyDir"] for v in pod["volumes"] if v["name"] == "hf-cache")
+
+    assert hf_cache(spec_of()) == {"sizeLimit": "1700G"}, "each pod downloads the weights"
+    assert hf_cache(spec_of(model={"cache": {}})) == {"sizeLimit": "4Gi"}
 
 
 def test_serving_pods_ask_for_shared_memory_plus_headroom() -> None:

@@ -92,6 +92,8 @@ class Reason(StrEnum):
     UNSCHEDULABLE = "Unschedulable"
     APPLY_FAILED = "ApplyFailed"
     NAME_CONFLICT = "NameConflict"
+    # The namespace's enforced Pod Security level would refuse a pod the spec makes
+    POD_SECURITY_REFUSED = "PodSecurityRefused"
     RECONCILE_FAILED = "ReconcileFailed"
     STATUS_FIELD_IGNORED = "StatusFieldIgnored"
     # A serving container that exited while starting, classified from its last lines

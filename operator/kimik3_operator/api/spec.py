@@ -187,9 +187,27 @@ class PlacementSpec:
 
 @dataclass(frozen=True)
 class ResourcesSpec:
-    cpu: str = ""
+    cpu: str = ""  # a request only: vLLM's host threads burst
+    cpu_limit: str = ""
     memory: str = ""
     shared_memory: str = "64Gi"
+
+
+# The user the serving pods run as when non-root and none is named (vLLM's images name none).
+DEFAULT_USER = 1000
+
+
+@dataclass(frozen=True)
+class SecuritySpec:
+    """Who the serving pods run as. A non-root process loses every added capability when it
+    starts vLLM (Kubernetes sets no ambient capabilities), so runAsNonRoot defaults to true
+    only where engine.addCapabilities is empty."""
+
+    run_as_non_root: bool | None = None
+    run_as_user: int | None = None
+    run_as_group: int | None = None
+    fs_group: int | None = None
+    read_only_root_filesystem: bool = True
 
 
 @dataclass(frozen=True)
@@ -257,6 +275,15 @@ class KimiK3DeploymentSpec:
     rollout: RolloutSpec = field(default_factory=RolloutSpec)
     preflight: PreflightSpec = field(default_factory=PreflightSpec)
     monitoring: MonitoringSpec = field(default_factory=MonitoringSpec)
+    security_context: SecuritySpec = field(default_factory=SecuritySpec)
+
+    @property
+    def runs_as_non_root(self) -> bool:
+        """The serving pods' runAsNonRoot, after its default."""
+        explicit = self.security_context.run_as_non_root
+        if explicit is not None:
+            return explicit
+        return not self.engine.add_capabilities
 
     @property
     def gpus_per_replica(self) -> int:

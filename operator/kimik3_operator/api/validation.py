@@ -176,6 +176,7 @@ def errors(spec: KimiK3DeploymentSpec) -> list[SpecError]:
             )
         )
     found += _cache_errors(spec)
+    found += _security_errors(spec)
     rollout: tuple[tuple[str, int | str], ...] = (
         ("maxSurge", spec.rollout.max_surge),
         ("maxUnavailable", spec.rollout.max_unavailable),
@@ -210,6 +211,45 @@ def errors(spec: KimiK3DeploymentSpec) -> list[SpecError]:
 
 
 QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$")
+# A CPU amount: cores, or thousandths of one.
+CPU = re.compile(r"^([0-9]+(\.[0-9]{1,3})?|[0-9]+m)$")
+# Linux IDs: the CRD's bounds (int64 in the API; above 2^31-1 no runtime accepts them).
+MAX_ID = 2**31 - 1
+
+
+def _security_errors(spec: KimiK3DeploymentSpec) -> list[SpecError]:
+    """The serving pods' user and CPU amounts: the CRD's rules, for resources written before
+    them."""
+    found: list[SpecError] = []
+    for name, amount in (("cpu", spec.resources.cpu), ("cpuLimit", spec.resources.cpu_limit)):
+        if amount and not CPU.match(amount):
+            found.append(
+                SpecError(
+                    f"spec.resources.{name}",
+                    amount,
+                    "is not a CPU quantity",
+                    'write it as 8, "2.5" or 500m',
+                )
+            )
+    security = spec.security_context
+    for name, value in (
+        ("runAsUser", security.run_as_user),
+        ("runAsGroup", security.run_as_group),
+        ("fsGroup", security.fs_group),
+    ):
+        if value is not None and not 0 <= value <= MAX_ID:
+            found.append(SpecError(f"spec.securityContext.{name}", value, f"must be 0 to {MAX_ID}"))
+    if security.run_as_non_root is True and security.run_as_user == 0:
+        found.append(
+            SpecError(
+                "spec.securityContext.runAsUser",
+                0,
+                "is root while securityContext.runAsNonRoot is true: the kubelet would refuse "
+                "to start every pod",
+                "name a non-zero user, or set runAsNonRoot to false",
+            )
+        )
+    return found
 
 
 def _cache_errors(spec: KimiK3DeploymentSpec) -> list[SpecError]:

@@ -6,11 +6,11 @@ import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from kimik3_operator.api import constants as c
 from kimik3_operator.api.pairing import DRAFTER_MOUNT
-from kimik3_operator.api.spec import KimiK3DeploymentSpec
+from kimik3_operator.api.spec import DEFAULT_USER, KimiK3DeploymentSpec
 
 
 @dataclass(frozen=True)
@@ -63,21 +63,89 @@ def with_spec_hash(manifest: dict[str, Any]) -> dict[str, Any]:
     return manifest
 
 
-def hardened(pod_spec: dict[str, Any], add: Sequence[str] = ()) -> dict[str, Any]:
+# Every pod's writable scratch space (also HOME): vLLM's compile and kernel caches, the Hub's
+# small files. A size limit, so a runaway cache evicts its own pod and not the node's others.
+TMP_MOUNT: Final = "/tmp"
+SERVING_TMP_SIZE: Final = "16Gi"
+JOB_TMP_SIZE: Final = "2Gi"
+
+
+@dataclass(frozen=True)
+class RunAs:
+    """Who a pod's containers run as (the pod's and containers' securityContext)."""
+
+    non_root: bool
+    user: int | None
+    group: int | None
+    fs_group: int | None
+    read_only_root: bool = True
+
+
+def serving_run_as(spec: KimiK3DeploymentSpec) -> RunAs:
+    """spec.securityContext after its defaults (spec.runs_as_non_root): a non-root pod
+    without a named user runs as DEFAULT_USER; a root one as the image's user."""
+    security = spec.security_context
+    non_root = spec.runs_as_non_root
+    default = DEFAULT_USER if non_root else None
+    user = security.run_as_user if security.run_as_user is not None else default
+    group = security.run_as_group if security.run_as_group is not None else default
+    fs_group = security.fs_group if security.fs_group is not None else group
+    return RunAs(non_root, user, group, fs_group, security.read_only_root_filesystem)
+
+
+def job_run_as(spec: KimiK3DeploymentSpec) -> RunAs:
+    """The Jobs (probe, download, collect) need no capability: always non-root, read-only,
+    as the serving pods' user where that is not root, so that the files the download writes
+    are the serving pods' own."""
+    serving = serving_run_as(spec)
+    user = serving.user or DEFAULT_USER
+    group = serving.group if serving.group else user
+    fs_group = serving.fs_group if serving.fs_group else group
+    return RunAs(True, user, group, fs_group, True)
+
+
+def hardened(
+    pod_spec: dict[str, Any], run_as: RunAs, tmp_size: str, add: Sequence[str] = ()
+) -> dict[str, Any]:
     """Every pod the operator makes: no API token (none of them calls the API server), the
-    runtime's default seccomp profile, and containers that cannot gain privileges and hold
-    no Linux capability (GPUs come through the device plugin, which needs none) but the
-    ones ``add`` names (spec.engine.addCapabilities, serving pods only)."""
+    runtime's default seccomp profile, containers that cannot gain privileges and hold no
+    Linux capability (GPUs come through the device plugin, which needs none) but the ones
+    ``add`` names (spec.engine.addCapabilities, serving pods only), the user ``run_as``
+    names, and a size-limited emptyDir at /tmp that is also HOME (an image's HOME is often
+    root's, which another user cannot write)."""
     pod_spec["automountServiceAccountToken"] = False
-    pod_spec.setdefault("securityContext", {})["seccompProfile"] = {"type": "RuntimeDefault"}
+    pod_security: dict[str, Any] = {"seccompProfile": {"type": "RuntimeDefault"}}
+    if run_as.non_root:
+        pod_security["runAsNonRoot"] = True
+    for key, value in (
+        ("runAsUser", run_as.user),
+        ("runAsGroup", run_as.group),
+        ("fsGroup", run_as.fs_group),
+    ):
+        if value is not None:
+            pod_security[key] = value
+    if run_as.fs_group is not None:
+        # Without it the kubelet walks every file of a 1.6 TB volume at each pod's start.
+        pod_security["fsGroupChangePolicy"] = "OnRootMismatch"
+    pod_spec["securityContext"] = pod_security
     capabilities: dict[str, Any] = {"drop": ["ALL"]}
     if add:
         capabilities["add"] = list(add)
+    pod_spec.setdefault("volumes", []).append({"name": "tmp", "emptyDir": {"sizeLimit": tmp_size}})
     for container in pod_spec.get("containers", []):
         container["securityContext"] = {
             "allowPrivilegeEscalation": False,
             "capabilities": dict(capabilities),
+            "readOnlyRootFilesystem": run_as.read_only_root,
         }
+        container.setdefault("volumeMounts", []).append({"name": "tmp", "mountPath": TMP_MOUNT})
+        # Before the user's env (spec.engine.env), which may set either.
+        home = [{"name": "HOME", "value": TMP_MOUNT}]
+        if run_as.user:
+            # Python's getpass (torch's compile cache) asks for a name the image's
+            # /etc/passwd may not have for this user.
+            home.append({"name": "USER", "value": "vllm"})
+        container["env"] = home + list(container.get("env", []))
     return pod_spec
 
 

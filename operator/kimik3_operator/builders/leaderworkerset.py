@@ -18,11 +18,13 @@ from kimik3_operator.api.quantities import decimal_quantity, quantity_bytes
 from kimik3_operator.api.spec import KimiK3DeploymentSpec
 from kimik3_operator.builders.command import MODEL_MOUNT, SERVE, Role, serve_args
 from kimik3_operator.builders.common import (
+    SERVING_TMP_SIZE,
     Owner,
     drafter_volume,
     hardened,
     labels,
     metadata,
+    serving_run_as,
     token_and_engine_env,
 )
 from kimik3_operator.builders.health_checks import KIMI_K3_WEIGHT_BYTES, leader_health_checks
@@ -175,6 +177,8 @@ def _pod_template(
             # Shard loading and NCCL teardown take a while; do not cut them short.
             "terminationGracePeriodSeconds": 120,
         },
+        serving_run_as(spec),
+        SERVING_TMP_SIZE,
         add=spec.engine.add_capabilities,
     )
     placement = spec.placement
@@ -203,23 +207,37 @@ def _env(spec: KimiK3DeploymentSpec) -> list[dict[str, Any]]:
 
 
 def _resources(spec: KimiK3DeploymentSpec) -> dict[str, Any]:
-    amounts: dict[str, Any] = {spec.placement.gpu_resource: spec.gpus_per_pod}
+    gpus = {spec.placement.gpu_resource: spec.gpus_per_pod}
+    requests: dict[str, Any] = dict(gpus)
+    limits: dict[str, Any] = dict(gpus)
     if spec.resources.cpu:
-        amounts["cpu"] = spec.resources.cpu
+        # A request only: a CPU limit throttles the threads that feed the GPUs.
+        requests["cpu"] = spec.resources.cpu
+    if spec.resources.cpu_limit:
+        limits["cpu"] = spec.resources.cpu_limit
+        requests.setdefault("cpu", spec.resources.cpu_limit)
     if spec.resources.memory:
-        amounts["memory"] = spec.resources.memory
-    requests = dict(amounts)
-    if not spec.resources.memory:
+        requests["memory"] = limits["memory"] = spec.resources.memory
+    else:
         # Never BestEffort (the first evicted) while holding a node's GPUs: the shared
         # memory is charged to the pod, and vLLM's host process needs room besides. A request
         # only, so page cache from reading the weights is never an OOM kill.
         requests["memory"] = default_memory_request(spec.resources.shared_memory)
-    if spec.model.cache is None and spec.model.source.pvc is None:
+    if downloads_per_pod(spec):
         # Each pod downloads every weight into its own emptyDir. In the API server's canonical
         # form ("1700G", not "1700000000000"): the stored object then matches what is built,
         # and an unchanged spec is not applied again at every resync.
         requests["ephemeral-storage"] = decimal_quantity(KIMI_K3_WEIGHT_BYTES)
-    return {"requests": requests, "limits": dict(amounts)}
+    return {"requests": requests, "limits": limits}
+
+
+def downloads_per_pod(spec: KimiK3DeploymentSpec) -> bool:
+    """Neither the model cache nor a volume of weights: each pod fetches into hf-cache."""
+    return spec.model.cache is None and spec.model.source.pvc is None
+
+
+# hf-cache when the weights are elsewhere: the Hub's small files (tokenizer, remote code).
+HF_CACHE_SMALL = "4Gi"
 
 
 def default_memory_request(shared_memory: str) -> str:
@@ -233,7 +251,14 @@ def _volumes(spec: KimiK3DeploymentSpec, owner: Owner) -> list[dict[str, Any]]:
             "name": "dshm",
             "emptyDir": {"medium": "Memory", "sizeLimit": spec.resources.shared_memory},
         },
-        {"name": "hf-cache", "emptyDir": {}},
+        {
+            "name": "hf-cache",
+            "emptyDir": {
+                "sizeLimit": decimal_quantity(KIMI_K3_WEIGHT_BYTES)
+                if downloads_per_pod(spec)
+                else HF_CACHE_SMALL
+            },
+        },
     ]
     cache = spec.model.cache
     if cache is not None:

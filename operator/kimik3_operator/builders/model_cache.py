@@ -21,9 +21,11 @@ from kimik3_operator.api import names
 from kimik3_operator.api.quantities import quantity_bytes
 from kimik3_operator.api.spec import KimiK3DeploymentSpec, ModelCacheSpec
 from kimik3_operator.builders.common import (
+    JOB_TMP_SIZE,
     Owner,
     hardened,
     job_placement,
+    job_run_as,
     labels,
     metadata,
     token_and_engine_env,
@@ -248,7 +250,9 @@ def _cache_job(
                                 },
                             },
                         ],
-                    }
+                    },
+                    job_run_as(spec),
+                    JOB_TMP_SIZE,
                 ),
             },
         },

@@ -19,10 +19,12 @@ from kimik3_operator.builders.command import (
     model_location,
 )
 from kimik3_operator.builders.common import (
+    JOB_TMP_SIZE,
     Owner,
     drafter_volume,
     hardened,
     job_placement,
+    job_run_as,
     labels,
     metadata,
     token_and_engine_env,
@@ -132,7 +134,9 @@ def build_probe_job(spec: KimiK3DeploymentSpec, owner: Owner) -> dict[str, Any]:
                             }
                         ],
                         "volumes": volumes,
-                    }
+                    },
+                    job_run_as(spec),
+                    JOB_TMP_SIZE,
                 ),
             },
         },

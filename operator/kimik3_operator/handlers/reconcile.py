@@ -38,6 +38,7 @@ from kimik3_operator.builders.preflight_job import (
 )
 from kimik3_operator.conditions import Condition, changed, now_rfc3339
 from kimik3_operator.crashes import failure_budget, parked_message, startup_failures
+from kimik3_operator.handlers.admission import predict
 from kimik3_operator.handlers.drift import needs_apply
 from kimik3_operator.handlers.events import post_event
 from kimik3_operator.handlers.rollout import RolloutStep, rollout_step, with_rollout
@@ -51,6 +52,7 @@ from kimik3_operator.handlers.status import (
 )
 from kimik3_operator.kube import Kube, KubeError, Obj
 from kimik3_operator.observe import Observation, blocked, invalid_spec, observe, wants_gpu_counts
+from kimik3_operator.pod_security import namespace_policy
 from kimik3_operator.preflight.gate import Gate, evaluate
 from kimik3_operator.preflight.probe import ProbeState, probe_state, report_state
 from kimik3_operator.preflight.table import load_table
@@ -146,15 +148,30 @@ class ReconcileResult:
     events: list[str] = field(default_factory=list)
 
 
+def namespace_labels_from_server(kube: Kube, namespace: str) -> Mapping[str, str] | None:
+    """The namespace's labels (None: it cannot be read, so no prediction is made)."""
+    try:
+        found = kube.get_from_server("v1", "Namespace", namespace)
+    except KubeError as err:
+        log.warning("namespace %s cannot be read (%s): Pod Security not predicted", namespace, err)
+        return None
+    if found is None:
+        return None
+    labels = (found.get("metadata") or {}).get("labels") or {}
+    return {str(k): str(v) for k, v in labels.items()}
+
+
 @dataclass(frozen=True)
 class Context:
     """What a reconcile reads besides the API: the clock (as status text and as seconds),
-    the GPU ledger and the readers' latest readings."""
+    the GPU ledger, the readers' latest readings and the namespaces' labels (the runtime
+    keeps them a while rather than asking at every reconcile)."""
 
     clock: Callable[[], str] = now_rfc3339
     seconds: Callable[[], float] = time.time
     ledger: GpuLedger | None = None
     readings: Readings = field(default_factory=Readings)
+    namespace_labels: Callable[[Kube, str], Mapping[str, str] | None] = namespace_labels_from_server
 
 
 def reconcile(kube: Kube, key: tuple[str, str], context: Context | None = None) -> ReconcileResult:
@@ -240,6 +257,12 @@ def _reconcile(kube: Kube, body: Mapping[str, Any], context: Context) -> Reconci
         observation = invalid_spec(f"{err}. No child was created or changed.")
         _write_status(kube, body, None, observation, result, clock)
         return result
+    refusal = _pod_security(kube, spec, owner, context)
+    if refusal is not None:
+        # Before any child: a Job or a group the namespace refuses would only fail later,
+        # pod by pod, in events of objects the user does not watch.
+        _write_status(kube, body, spec, refusal, result, clock)
+        return result
     try:
         return _deploy(kube, body, spec, owner, result, context)
     except NameConflictError as err:
@@ -251,6 +274,20 @@ def _reconcile(kube: Kube, body: Mapping[str, Any], context: Context) -> Reconci
         # the status; the controller retries with backoff.
         _write_status(kube, body, spec, step_failed(exc), result, clock)
         raise
+
+
+def _pod_security(
+    kube: Kube, spec: KimiK3DeploymentSpec, owner: Owner, context: Context
+) -> Observation | None:
+    """PodSecurityRefused when the namespace's enforced level would refuse a pod this spec
+    makes; None when it admits them all, or its labels cannot be read."""
+    labels = context.namespace_labels(kube, owner.namespace)
+    if labels is None:
+        return None
+    refusal = predict(spec, owner, namespace_policy(labels))
+    if refusal is None:
+        return None
+    return blocked(Reason.POD_SECURITY_REFUSED, refusal.message(owner.namespace))
 
 
 def step_failed(exc: Exception) -> Observation:

@@ -26,6 +26,7 @@ from kimik3_operator.handlers.status import Readings
 from kimik3_operator.kube import Kube, KubeError
 from kimik3_operator.runtime.gpu_ledger import GpuLedger, ledger_node_fields, ledger_pod_fields
 from kimik3_operator.runtime.informer import Informer, Obj
+from kimik3_operator.runtime.namespaces import NamespaceLabels
 from kimik3_operator.runtime.queue import WorkQueue
 from kimik3_operator.runtime.readers import AcceptanceReader, ProgressReader
 from kimik3_operator.runtime.store import Store, StoreKube, trimmed
@@ -88,6 +89,7 @@ class Manager:
     ready: threading.Event = field(default_factory=threading.Event)
     _scraping: set[Key] = field(default_factory=set)
     _scrape_lock: threading.Lock = field(default_factory=threading.Lock)
+    namespace_labels: NamespaceLabels = field(default_factory=NamespaceLabels)
 
     def __post_init__(self) -> None:
         self.kube = StoreKube(self.api, self.store, background_events=True)
@@ -268,6 +270,7 @@ class Manager:
         context = Context(
             ledger=self.ledger,
             readings=Readings(self.acceptance.reading(key), self.progress.reading(key)),
+            namespace_labels=self.namespace_labels,
         )
         try:
             reconcile(self.kube, key, context)
