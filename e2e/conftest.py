@@ -23,6 +23,7 @@ import pytest
 import yaml
 
 from e2e.play_probe import terminated_patch
+from kimik3_operator.api.spec import DEFAULT_USER as JOB_GROUP
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 RUN = ROOT / "e2e" / ".run"
@@ -379,8 +380,13 @@ def service_account_kubeconfig(
 def cache_volume(
     cluster: Cluster, namespace: str, claim: str, path: pathlib.Path, capacity: str = "1Gi"
 ) -> None:
-    """A hostPath volume reserved for the claim the operator will create (no provisioner)."""
+    """A hostPath volume reserved for the claim the operator will create (no provisioner).
+    Its directory is left as a provisioner that applies the pods' fsGroup leaves a volume
+    (the kubelet applies none to hostPath): owned by the group the operator's Jobs run as,
+    writable by it, new files inheriting it."""
     path.mkdir(parents=True, exist_ok=True)
+    os.chown(path, -1, JOB_GROUP)
+    path.chmod(0o2775)
     name = f"cache-{namespace}"
     manifest = {
         "apiVersion": "v1",

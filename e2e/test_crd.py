@@ -132,6 +132,18 @@ BAD_SPECS: list[tuple[str, dict[str, Any], str]] = [
         {"drafter": {"numSpeculativeTokens": 0}},
         "spec.drafter.numSpeculativeTokens: Invalid value: 0",
     ),
+    (
+        "root-but-non-root",
+        {"securityContext": {"runAsNonRoot": True, "runAsUser": 0}},
+        'spec.securityContext.runAsUser: Invalid value: "object": securityContext.runAsUser '
+        "is 0 (root) while runAsNonRoot is true",
+    ),
+    (
+        "negative-user",
+        {"securityContext": {"runAsUser": -1}},
+        "spec.securityContext.runAsUser: Invalid value: -1",
+    ),
+    ("cpu-limit", {"resources": {"cpuLimit": "lots"}}, "spec.resources.cpuLimit: Invalid value"),
 ]
 
 

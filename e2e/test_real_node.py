@@ -87,6 +87,38 @@ def test_a_container_really_runs_there(
     assert cluster.kubectl("logs", "hello", "-n", namespace).stdout.strip() == "hello from hello"
 
 
+def test_a_non_root_container_loses_the_capabilities_it_adds(
+    cluster: Cluster, real_node: RealNode, namespace: str
+) -> None:
+    """Why serving pods with engine.addCapabilities run as the image's user by default: the
+    kubelet and containerd give a container its added capabilities, but no ambient set, so a
+    non-root process has none of them once it has started its command."""
+    build_images(cluster.env, "operator")
+    sys_nice = 1 << 23
+    read = ["sh", "-c", "grep CapEff /proc/self/status"]
+    for name, user in (("as-root", 0), ("as-user", 1000)):
+        pod = _pod(name, real_node, read, OPERATOR_IMAGE)
+        pod["spec"]["securityContext"] = {"runAsUser": user}
+        pod["spec"]["containers"][0]["securityContext"] = {
+            "capabilities": {"drop": ["ALL"], "add": ["SYS_NICE"]}
+        }
+        cluster.apply(pod, namespace)
+
+    def effective(name: str) -> int | None:
+        pod = cluster.get("pod", name, namespace) or {}
+        if pod.get("status", {}).get("phase") != "Succeeded":
+            return None
+        line = cluster.kubectl("logs", name, "-n", namespace).stdout.strip()
+        return int(line.split()[-1], 16)
+
+    as_root = wait_for(
+        lambda: effective("as-root") is not None and effective("as-root"), 60, "root"
+    )
+    assert as_root & sys_nice, f"root holds SYS_NICE: CapEff {as_root:#x}"
+    wait_for(lambda: effective("as-user") is not None, 60, "the non-root pod to finish")
+    assert effective("as-user") == 0, "a non-root process holds no added capability"
+
+
 @pytest.fixture
 def release_namespaces(cluster: Cluster) -> Iterator[tuple[str, str, str]]:
     suffix = uuid.uuid4().hex[:6]
