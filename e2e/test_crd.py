@@ -135,8 +135,8 @@ BAD_SPECS: list[tuple[str, dict[str, Any], str]] = [
     (
         "root-but-non-root",
         {"securityContext": {"runAsNonRoot": True, "runAsUser": 0}},
-        'spec.securityContext.runAsUser: Invalid value: "object": securityContext.runAsUser '
-        "is 0 (root) while runAsNonRoot is true",
+        "spec.securityContext.runAsUser: Invalid value: securityContext.runAsUser is 0 (root) "
+        "while runAsNonRoot is true",
     ),
     (
         "negative-user",
