@@ -116,7 +116,7 @@ def _with_pod_security(
     check: dict[str, Any] = {
         "id": "PodSecurity",
         "status": "Pass",
-        "reason": "PodSecurityAdmitted",
+        "reason": str(c.Reason.POD_SECURITY_ADMITTED),
         "message": f"a namespace enforcing Pod Security {level} admits every pod of this spec",
     }
     if refusal is not None:

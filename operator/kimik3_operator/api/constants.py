@@ -94,6 +94,7 @@ class Reason(StrEnum):
     NAME_CONFLICT = "NameConflict"
     # The namespace's enforced Pod Security level would refuse a pod the spec makes
     POD_SECURITY_REFUSED = "PodSecurityRefused"
+    POD_SECURITY_ADMITTED = "PodSecurityAdmitted"
     RECONCILE_FAILED = "ReconcileFailed"
     STATUS_FIELD_IGNORED = "StatusFieldIgnored"
     # A serving container that exited while starting, classified from its last lines
