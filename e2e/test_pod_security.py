@@ -59,6 +59,13 @@ def level_namespaces(cluster: Cluster) -> Iterator[dict[str, str]]:
         name = create_test_namespace(cluster, f"e2e-pss-{level[:4]}-{uuid.uuid4().hex[:6]}")
         cluster.kubectl("label", "namespace", name, f"{ENFORCE_LABEL}={level}")
         made[level] = name
+    for name in made.values():
+        # The ServiceAccount admission plugin refuses a pod until the namespace has one.
+        wait_for(
+            lambda name=name: cluster.get("serviceaccount", "default", name),
+            30,
+            f"the default ServiceAccount of {name}",
+        )
     yield made
     for name in made.values():
         cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
