@@ -12,6 +12,11 @@ from kimik3_operator.conditions import Condition
 RECONCILES = Counter("kimik3_reconciles", "Reconciles of KimiK3Deployments, by result", ["result"])
 for _result in ("ok", "invalid", "error"):
     RECONCILES.labels(_result)  # every result has a series from the start (0, not absent)
+REJECTED_OBJECTS = Counter(
+    "kimik3_rejected_objects",
+    "Objects the informers skipped because they nest too deep to decode, by kind",
+    ["kind"],
+)
 RECONCILE_SECONDS = Histogram(
     "kimik3_reconcile_duration_seconds",
     "Time one reconcile takes",

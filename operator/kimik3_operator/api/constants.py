@@ -96,6 +96,8 @@ class Reason(StrEnum):
     POD_SECURITY_REFUSED = "PodSecurityRefused"
     POD_SECURITY_ADMITTED = "PodSecurityAdmitted"
     RECONCILE_FAILED = "ReconcileFailed"
+    # An object nested deeper than the operator decodes: skipped, so others are not stopped
+    OBJECT_TOO_DEEP = "ObjectTooDeep"
     STATUS_FIELD_IGNORED = "StatusFieldIgnored"
     # A serving container that exited while starting, classified from its last lines
     STARTUP_EAGLE3_UNSUPPORTED = "StartupEagle3Unsupported"

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from kimik3_operator.api import constants as c
-from kimik3_operator.api.constants import ConditionType
+from kimik3_operator.api.constants import ConditionType, Reason
 from kimik3_operator.conditions import Condition
 from kimik3_operator.kube import Kube, KubeError
 from kimik3_operator.redact import redact
@@ -64,3 +64,15 @@ def post_event(kube: Kube, body: Mapping[str, Any], condition: Condition, now: s
     except KubeError as exc:
         # An event is best effort: losing one must not fail the reconcile.
         log.warning("could not post event %s: %s", condition.reason, exc)
+
+
+def too_deep_condition(limit: int) -> Condition:
+    """What the event on a KimiK3Deployment the operator cannot decode says."""
+    return Condition(
+        ConditionType.DEGRADED,
+        "True",
+        Reason.OBJECT_TOO_DEEP,
+        f"the operator skips this KimiK3Deployment: a field of it nests deeper than "
+        f"{limit} levels (open fields such as status.capabilities take whatever "
+        f"is written); nothing of it is reconciled until that field is replaced or removed",
+    )

@@ -9,13 +9,14 @@ One thread per informer, with client-go's reflector guarantees:
   restarts is a new watch from where it left off, not a list of 20,000 pods;
 - the backoff after an error and each watch's timeout are jittered, so the informers of many
   operators do not reconnect in lockstep after an API server restart;
-- a consumer callback that raises is logged and skipped: it costs neither the watch nor a list.
+- a consumer callback that raises is logged and skipped: it costs neither the watch nor a list;
+- an object the decoder refuses (runtime/decode.py: nested too deep) is skipped, reported to
+  ``on_rejected`` and, for the consumer, gone; the rest of its page, and the watch, go on.
 The API server is never polled.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import random
 import threading
@@ -23,10 +24,15 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from kimik3_operator.runtime import decode
+
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 OnEvent = Callable[[str, Obj], None]
 OnSync = Callable[[list[Obj]], None]
+OnRejected = Callable[[Obj], None]
+# The watch event that stands for an object the decoder refused.
+REJECTED = "REJECTED"
 WATCH_SECONDS = 290  # each watch asks for 290 to 580 s (jittered), as client-go does
 PAGE = 500
 BACKOFF_START, BACKOFF_MAX = 0.5, 30.0
@@ -55,6 +61,11 @@ class Informer:
     transform: Callable[[Obj], Obj] | None = None
     # Objects per list page: what one response may hold at once.
     page: int = PAGE
+    # Refused objects: their name, namespace, uid and resourceVersion, nothing else.
+    on_rejected: OnRejected | None = None
+    # Check the depth of every object, not only of a body the fast decoder refused: for kinds
+    # with open fields (a KimiK3Deployment's status), whose depth only the author bounds.
+    strict: bool = False
     synced: threading.Event = field(default_factory=threading.Event)
     _stop: threading.Event = field(default_factory=threading.Event)
     _wake: threading.Event = field(default_factory=threading.Event)
@@ -109,12 +120,14 @@ class Informer:
         while True:
             extra = [("limit", str(self.page))] + ([("continue", token)] if token else [])
             response = self._request(self._query(extra), 60)
-            data = json.loads(response.read() or b"{}")
+            data, cut = decode.loads(response.read() or b"{}")
             if response.status == 404:
                 raise NotServedError
             if response.status >= 400:
                 raise OSError(f"list {self.path}: {response.status} {data.get('message', '')}")
             page = data.pop("items", None) or []
+            if cut or self.strict:
+                page = [obj for obj in page if not self._refused(obj)]
             items.extend(map(self.transform, page) if self.transform else page)
             meta = data.get("metadata") or {}
             token = meta.get("continue") or ""
@@ -148,10 +161,37 @@ class Informer:
                 *lines, buffer = buffer.split(b"\n")
                 for line in lines:
                     if line.strip():
-                        event = json.loads(line)
-                        yield str(event.get("type", "")), event.get("object") or {}
+                        event, cut = decode.loads(line)
+                        obj = event.get("object") or {}
+                        if (cut or self.strict) and decode.rejected(obj):
+                            yield REJECTED, obj
+                        else:
+                            yield str(event.get("type", "")), obj
         finally:
             raw.release_conn()
+
+    def _refused(self, obj: Obj) -> bool:
+        """Whether ``obj`` is refused; if so it is logged and handed to ``on_rejected``."""
+        if not decode.rejected(obj):
+            return False
+        found = obj.get("metadata")
+        meta: Obj = found if isinstance(found, dict) else {}
+        kept = {
+            k: str(meta[k]) for k in ("name", "namespace", "uid", "resourceVersion") if k in meta
+        }
+        log.warning(
+            "informer %s: %s/%s nests deeper than %d levels; skipped",
+            self.name or self.path,
+            kept.get("namespace", ""),
+            kept.get("name", ""),
+            decode.OBJECT_LIMIT,
+        )
+        if self.on_rejected is not None:
+            try:
+                self.on_rejected({"metadata": kept})
+            except Exception:
+                log.exception("informer %s: the rejection handler failed", self.name)
+        return True
 
     def _jittered(self, seconds: float) -> float:
         return seconds * (1 + self.random())
@@ -205,7 +245,12 @@ class Informer:
                             raise GoneError
                         raise OSError(f"watch error: {obj.get('message')}")
                     version = str(obj.get("metadata", {}).get("resourceVersion") or version)
-                    if kind != "BOOKMARK":
+                    if kind == REJECTED:
+                        self._refused(obj)
+                        # What the consumer held of it is stale now: for it, the object is gone.
+                        if self._identity(obj)[0] in self._known:
+                            self._deliver("DELETED", self._identity(obj)[1])
+                    elif kind != "BOOKMARK":
                         self._deliver(kind, self.transform(obj) if self.transform else obj)
                 backoff = BACKOFF_START
             except GoneError:

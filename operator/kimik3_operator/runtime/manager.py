@@ -20,10 +20,13 @@ from typing import Any
 
 from kimik3_operator import metrics
 from kimik3_operator.api import constants as c
+from kimik3_operator.conditions import now_rfc3339
 from kimik3_operator.config import Settings
+from kimik3_operator.handlers.events import post_event, too_deep_condition
 from kimik3_operator.handlers.reconcile import Context, reconcile
 from kimik3_operator.handlers.status import Readings
 from kimik3_operator.kube import Kube, KubeError
+from kimik3_operator.runtime import decode
 from kimik3_operator.runtime.gpu_ledger import GpuLedger, ledger_node_fields, ledger_pod_fields
 from kimik3_operator.runtime.informer import Informer, Obj
 from kimik3_operator.runtime.namespaces import NamespaceLabels
@@ -35,6 +38,7 @@ log = logging.getLogger(__name__)
 Key = tuple[str, str]
 MANAGED_SELECTOR = f"{c.LABEL_MANAGED_BY}={c.OPERATOR_NAME}"
 CHILD_PAGE = 20
+REJECTED_REMEMBERED = 10_000
 
 
 @dataclass(frozen=True)
@@ -90,6 +94,8 @@ class Manager:
     _scraping: set[Key] = field(default_factory=set)
     _scrape_lock: threading.Lock = field(default_factory=threading.Lock)
     namespace_labels: NamespaceLabels = field(default_factory=NamespaceLabels)
+    # (uid, resourceVersion) of refused objects already told of, so a relist repeats nothing.
+    _rejected_seen: set[tuple[str, str]] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         self.kube = StoreKube(self.api, self.store, background_events=True)
@@ -193,7 +199,26 @@ class Manager:
             transform=partial(trimmed, kind),
             # The label is anyone's to set: a page of objects up to 1.5 MiB each stays small.
             page=CHILD_PAGE,
+            on_rejected=partial(self.rejected, kind),
+            # Its status fields are open: only the API server's 10,000 levels bound them.
+            strict=kind == c.KIND,
         )
+
+    def rejected(self, kind: str, identity: Obj) -> None:
+        """An object the informer could not take: counted, and a KimiK3Deployment told why
+        on an event (once per version of it)."""
+        metrics.REJECTED_OBJECTS.labels(kind).inc()
+        meta = identity.get("metadata") or {}
+        if kind != c.KIND or not meta.get("name") or not meta.get("namespace"):
+            return
+        seen = (str(meta.get("uid", "")), str(meta.get("resourceVersion", "")))
+        with self._scrape_lock:
+            if seen in self._rejected_seen:
+                return
+            if len(self._rejected_seen) >= REJECTED_REMEMBERED:
+                self._rejected_seen.clear()
+            self._rejected_seen.add(seen)
+        post_event(self.kube, identity, too_deep_condition(decode.OBJECT_LIMIT), now_rfc3339())
 
     def _crd_informer(self, crd: str, dependents: list[Informer]) -> Informer:
         kind = "CustomResourceDefinition"

@@ -1,0 +1,163 @@
+"""One tenant's object cannot stop the operator for the others, on the real API server.
+
+Real: the API server (it stores open fields up to 10,000 levels deep, and prunes and
+validates the CRD's closed ones), the LeaderWorkerSet controller, the operator as a process.
+KWOK stands in for the GPU nodes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import uuid
+
+import pytest
+
+from e2e.conftest import (
+    Cluster,
+    OperatorProcess,
+    create_test_namespace,
+    describe,
+    kimi,
+    wait_for,
+)
+
+pytestmark = pytest.mark.kwok
+
+LEVELS = 1_200
+SMALL = {
+    "drafter": {"method": "dspark"},
+    "engine": {"image": "vllm/vllm-openai:v0.33.0"},
+    "preflight": {"probe": False},
+}
+
+
+def nested(levels: int) -> str:
+    """JSON ``levels`` objects deep, written by hand: Python's encoder stops near 1,000."""
+    return '{"a":' * levels + "1" + "}" * levels
+
+
+def kubectl_json(cluster: Cluster, args: list[str], body: str) -> subprocess.CompletedProcess[str]:
+    return cluster.kubectl(*args, "-f", "-", input=body, check=False)
+
+
+def deep_status(cluster: Cluster, name: str, namespace: str) -> None:
+    """Writes status.capabilities (an open field) 1,200 levels deep, as anyone allowed to
+    write the status can."""
+    patch = '{"status":{"capabilities":' + nested(LEVELS) + "}}"
+    cluster.kubectl(
+        "patch", "kk3d", name, "-n", namespace, "--subresource=status", "--type=merge", "-p", patch
+    )
+
+
+def rejected_total(operator: OperatorProcess) -> float:
+    import urllib.request
+
+    url = f"http://127.0.0.1:{operator.metrics_port}/metrics"
+    with urllib.request.urlopen(url, timeout=5) as response:
+        for line in response.read().decode().splitlines():
+            if line.startswith('kimik3_rejected_objects_total{kind="KimiK3Deployment"}'):
+                return float(line.split()[-1])
+    return 0.0
+
+
+def event_reasons(cluster: Cluster, namespace: str, name: str) -> str:
+    return cluster.kubectl(
+        "get",
+        "events",
+        "-n",
+        namespace,
+        "--field-selector",
+        f"involvedObject.name={name}",
+        "-o",
+        "jsonpath={.items[*].reason}",
+    ).stdout
+
+
+def test_a_spec_nested_deep_is_refused_by_the_schema(cluster: Cluster, namespace: str) -> None:
+    engine = {"image": "vllm/vllm-openai:v0.33.0", "env": "ENV"}
+    env = '[{"name":"X","valueFrom":{"secretKeyRef":{"key":"k"},"extra":' + nested(LEVELS) + "}}]"
+    body = json.dumps(kimi("deep-env", **{**SMALL, "engine": engine})).replace('"ENV"', env)
+    result = kubectl_json(cluster, ["create", "-n", namespace], body)
+    # kubectl asks for strict field validation: the unknown field is named and refused.
+    assert result.returncode != 0, "a spec with a deep unknown field was stored"
+    assert 'unknown field "spec.engine.env[0].valueFrom.extra"' in result.stderr, result.stderr
+    assert cluster.get("kk3d", "deep-env", namespace) is None
+    # A client that skips it gets the field dropped: what is stored is shallow.
+    kubectl_json(cluster, ["create", "--validate=false", "-n", namespace], body)
+    stored = cluster.get("kk3d", "deep-env", namespace)
+    assert stored is not None
+    assert stored["spec"]["engine"]["env"] == [
+        {"name": "X", "valueFrom": {"secretKeyRef": {"key": "k"}}}
+    ]
+    # The closed schema's rules still hold: a valueFrom emptied by the pruning is refused.
+    empty = body.replace('{"secretKeyRef":{"key":"k"},', "{").replace("deep-env", "emptied")
+    result = kubectl_json(cluster, ["create", "--validate=false", "-n", namespace], empty)
+    assert "valueFrom takes exactly one of" in result.stderr, result.stderr
+
+
+def test_one_deployment_nested_too_deep_stops_no_other_tenant(
+    cluster: Cluster, namespace: str
+) -> None:
+    other = create_test_namespace(cluster, f"e2e-tenant-{uuid.uuid4().hex[:6]}")
+    operator = OperatorProcess(
+        cluster, namespace, extra_env={"KIMIK3_NAMESPACES": f"{namespace},{other}"}
+    )
+    try:
+        cluster.apply(kimi("deep", **SMALL), namespace)
+        deep_status(cluster, "deep", namespace)
+        stored = cluster.kubectl("get", "kk3d", "deep", "-n", namespace, "-o", "json").stdout
+        assert stored.count('"a"') == LEVELS, "the API server stores the 1,200 levels"
+        cluster.apply(kimi("fine", **SMALL), other)
+
+        # Started with the deep object present: its first list holds it.
+        operator.start()
+        wait_for(
+            lambda: cluster.get("lws", "fine", other),
+            60,
+            "the other tenant's LeaderWorkerSet",
+            lambda: describe(cluster, "fine", other) + operator.log.read_text()[-3000:],
+        )
+        wait_for(
+            lambda: "ObjectTooDeep" in event_reasons(cluster, namespace, "deep"),
+            30,
+            "the ObjectTooDeep event on the deep deployment",
+        )
+        assert rejected_total(operator) >= 1
+        assert cluster.get("lws", "deep", namespace) is None, "nothing is built for it"
+
+        # A watch event of the same depth is passed over too: later changes still arrive.
+        cluster.apply(kimi("second", **SMALL), namespace)
+        deep_status(cluster, "second", namespace)
+        cluster.apply(kimi("later", **SMALL), other)
+        wait_for(
+            lambda: cluster.get("lws", "later", other),
+            60,
+            "a LeaderWorkerSet for a deployment made after the deep watch event",
+            lambda: describe(cluster, "later", other) + operator.log.read_text()[-3000:],
+        )
+        wait_for(
+            lambda: "ObjectTooDeep" in event_reasons(cluster, namespace, "second"),
+            30,
+            "the ObjectTooDeep event on the deployment made deep while watched",
+        )
+        # The fix: the deep field replaced; the deployment is the operator's again.
+        cluster.kubectl(
+            "patch",
+            "kk3d",
+            "deep",
+            "-n",
+            namespace,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            '{"status":{"capabilities":null}}',
+        )
+        wait_for(
+            lambda: cluster.get("lws", "deep", namespace),
+            60,
+            "the LeaderWorkerSet once the deep field is gone",
+            lambda: describe(cluster, "deep", namespace),
+        )
+    finally:
+        operator.stop()
+        cluster.kubectl("delete", "namespace", other, "--wait=false", check=False)

@@ -1,0 +1,143 @@
+"""One object nested too deep costs only itself: the decoder, then the informer around it.
+
+The bodies are written as bytes: Python's own encoder refuses the depths the API server stores
+(up to 10,000 levels in an open field)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+from kimik3_operator.runtime import decode
+from kimik3_operator.runtime.informer import Informer
+from tests.test_informer import FakeApi, Response, pod
+
+Obj = dict[str, Any]
+
+
+def nested(levels: int) -> bytes:
+    """An object ``levels`` deep, with strings that look like brackets along the way."""
+    return b'{"a":"]}\\"[","b":' * levels + b"1" + b"}" * levels
+
+
+def deep_deployment(name: str, levels: int, version: int = 7) -> bytes:
+    meta = json.dumps(pod(name, version)["metadata"]).encode()
+    return b'{"metadata":' + meta + b',"status":{"capabilities":' + nested(levels) + b"}}"
+
+
+def page(*items: bytes) -> bytes:
+    return b'{"metadata":{"resourceVersion":"10"},"items":[' + b",".join(items) + b"]}"
+
+
+def test_a_body_the_standard_decoder_takes_is_not_rescanned() -> None:
+    body = page(json.dumps(pod("a", 1)).encode(), deep_deployment("b", 30))
+    data, cut = decode.loads(body)
+    assert not cut
+    assert data == json.loads(body)
+    assert not decode.rejected(data["items"][0])
+
+
+def test_a_body_nested_beyond_the_decoder_is_cut_where_it_is_too_deep_and_nowhere_else() -> None:
+    body = page(json.dumps(pod("a", 1)).encode(), deep_deployment("b", 1_200))
+    try:
+        json.loads(body)
+        raise AssertionError("the standard decoder was expected to refuse 1,200 levels")
+    except RecursionError:
+        pass
+    data, cut = decode.loads(body)
+    assert cut
+    good, bad = data["items"]
+    assert good == pod("a", 1), "the shallow object is decoded whole"
+    assert not decode.rejected(good)
+    assert bad["metadata"]["name"] == "b", "the deep one keeps its name for the event"
+    assert decode.rejected(bad)
+
+
+def test_strings_with_brackets_and_escapes_do_not_move_the_depth() -> None:
+    text = b'{"x":"[[[{{{\\\\","y":["\\"]]]"],"z":{"w":"}}}"}}'
+    assert decode.flattened(text) == text
+
+
+def test_depth_past_the_object_limit_is_refused_even_when_the_decoder_took_it() -> None:
+    shallow, _ = decode.loads(nested(decode.OBJECT_LIMIT - 1))
+    deep, cut = decode.loads(nested(decode.OBJECT_LIMIT + 1))
+    assert not cut
+    assert not decode.rejected(shallow)
+    assert decode.rejected(deep)
+
+
+class RawResponse(Response):
+    def __init__(self, body: bytes) -> None:
+        super().__init__(200)
+        self._body = body
+
+
+def informer_over(api: FakeApi, strict: bool) -> tuple[list[list[str]], list[str], list[Obj]]:
+    synced: list[list[str]] = []
+    seen: list[str] = []
+    refused: list[Obj] = []
+    informer = Informer(
+        api,
+        "/apis/serving.kimik3.io/v1alpha1/kimik3deployments",
+        on_sync=lambda items: synced.append([i["metadata"]["name"] for i in items]),
+        on_event=lambda kind, obj: seen.append(f"{kind} {obj['metadata']['name']}"),
+        on_rejected=refused.append,
+        strict=strict,
+        name="deployments",
+    )
+    informer.random = lambda: 0.0
+    informer.start()
+    assert api.idle.wait(10), "the script ran out"
+    informer.stop()
+    return synced, seen, refused
+
+
+def test_a_list_with_one_object_too_deep_syncs_every_other_object() -> None:
+    api = FakeApi([], [])
+    body = page(
+        json.dumps(pod("a", 1)).encode(),
+        deep_deployment("b", 1_200),
+        json.dumps(pod("c", 2)).encode(),
+    )
+    api.call_api = lambda query, _request_timeout=None: (  # type: ignore[method-assign]
+        FakeApi.call_api(api, query) if "watch" in query else RawResponse(body)
+    )
+    synced, _, refused = informer_over(api, strict=False)
+    assert synced == [["a", "c"]], "the informer synced without the deep object"
+    assert [r["metadata"]["name"] for r in refused] == ["b"]
+    assert refused[0]["metadata"] == {
+        "name": "b",
+        "namespace": "llm",
+        "uid": "u-b",
+        "resourceVersion": "7",
+    }, "only the identity of the refused object is handed on"
+
+
+def test_a_watch_event_too_deep_is_refused_its_version_passed_and_the_watch_goes_on() -> None:
+    def stream() -> Iterator[bytes]:
+        yield b'{"type":"MODIFIED","object":' + deep_deployment("a", 1_200, 11) + b"}\n"
+        yield (json.dumps({"type": "ADDED", "object": pod("c", 12)}) + "\n").encode()
+
+    api = FakeApi([pod("a", 5)], [lambda _version: Response(200, stream=stream)])
+    synced, seen, refused = informer_over(api, strict=False)
+    assert synced == [["a"]]
+    assert seen == ["DELETED a", "ADDED c"], "what was held of a is dropped; c still arrives"
+    assert [r["metadata"]["resourceVersion"] for r in refused] == ["11"]
+    assert api.lists == 1, "no list again: the deep event is read once"
+    assert api.watch_versions[1] == "12", "the next watch starts after both events"
+
+
+def test_a_strict_informer_refuses_depth_the_decoder_took() -> None:
+    body = page(json.dumps(pod("a", 1)).encode(), deep_deployment("b", decode.OBJECT_LIMIT + 5))
+
+    def api() -> FakeApi:
+        fake = FakeApi([], [])
+        fake.call_api = lambda query, _request_timeout=None: (  # type: ignore[method-assign]
+            FakeApi.call_api(fake, query) if "watch" in query else RawResponse(body)
+        )
+        return fake
+
+    assert informer_over(api(), strict=True)[0] == [["a"]]
+    # A kind whose fields are all closed is checked only when the decoder refused its body.
+    assert informer_over(api(), strict=False)[0] == [["a", "b"]]
