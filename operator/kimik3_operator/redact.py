@@ -14,13 +14,29 @@ from typing import Any
 # scheme://user:password@ or scheme://token@ (any scheme); the userinfo ends at the first @
 # before the host, and never spans a slash or whitespace.
 _USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]+@")
-# Hugging Face tokens and bearer tokens that appear on their own.
-_TOKENS = re.compile(r"\bhf_[A-Za-z0-9]{20,}\b|(?i:(?<=bearer )[A-Za-z0-9._~+/=-]{8,})")
+# user:password@host without a scheme (a proxy setting, a git remote); a colon is what sets
+# it apart from an e-mail address.
+_BARE_USERINFO = re.compile(r"(?<![\w/@.%+:-])[\w.%+-]+:[^\s/@:]+@(?=[\w.-])")
+# Hugging Face tokens, and what follows an authorization scheme (Bearer, Basic), an API-key
+# header or a credential in a query string.
+_TOKENS = re.compile(
+    r"\bhf_[A-Za-z0-9]{20,}\b"
+    r"|(?i:(?<=bearer )[A-Za-z0-9._~+/=-]{8,})"
+    r"|(?i:(?<=basic )[A-Za-z0-9+/=]{8,})"
+)
+_KEYED = re.compile(
+    r"(?i)(?P<key>\b(?:x-)?api[-_]?key\s*[:=]\s*|\bauthorization\s*[:=]\s*(?:[a-z]+ )?"
+    r"|[?&](?:[\w-]*token|[\w-]*api[-_]?key|key|password|passwd|secret|sig|signature|"
+    r"credential|x-amz-credential|x-amz-signature)=)"
+    r"[^\s&#\"',;]+"
+)
 HIDDEN = "***"
 
 
 def redact(text: str) -> str:
     text = _USERINFO.sub(lambda m: f"{m.group('scheme')}{HIDDEN}@", text)
+    text = _BARE_USERINFO.sub(f"{HIDDEN}@", text)
+    text = _KEYED.sub(lambda m: f"{m.group('key')}{HIDDEN}", text)
     return _TOKENS.sub(HIDDEN, text)
 
 

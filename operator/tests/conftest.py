@@ -85,6 +85,32 @@ class FakeKube:
         meta = obj["metadata"]
         self.objects[(obj["apiVersion"], obj["kind"], meta.get("namespace"), meta["name"])] = obj
 
+    def put_job_pod(self, pod: Obj) -> None:
+        """A pod as the Job controller makes it: controlled by the Job whose key label
+        (probe-key, cache-key or collect-key) it carries."""
+        labels = pod["metadata"].get("labels") or {}
+        for (_, kind, namespace, _), job in self.objects.items():
+            job_labels = job["metadata"].get("labels") or {}
+            if (
+                kind == "Job"
+                and namespace == pod["metadata"].get("namespace")
+                and any(
+                    key.endswith(("probe-key", "cache-key", "collect-key"))
+                    and job_labels.get(key) == value
+                    for key, value in labels.items()
+                )
+            ):
+                pod["metadata"]["ownerReferences"] = [
+                    {
+                        "apiVersion": "batch/v1",
+                        "kind": "Job",
+                        "name": job["metadata"]["name"],
+                        "uid": job["metadata"]["uid"],
+                        "controller": True,
+                    }
+                ]
+        self.put(pod)
+
     def get(
         self, api_version: str, kind: str, name: str, namespace: str | None = None
     ) -> Obj | None:

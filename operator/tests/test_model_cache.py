@@ -331,7 +331,7 @@ def test_the_reader_only_records_and_the_reconcile_writes_the_numbers(kube: Fake
     reconcile(kube, key_of(body), Context(clock=clock))
     job = next(o for k, o in kube.objects.items() if k[1] == "Job")
     cache_key_ = job["metadata"]["labels"]["serving.kimik3.io/cache-key"]
-    kube.put(
+    kube.put_job_pod(
         {
             "apiVersion": "v1",
             "kind": "Pod",
@@ -498,9 +498,8 @@ def test_a_replaced_claim_is_an_empty_volume_filled_again_before_serving(
     kube.put(body)
     reconcile(kube, key_of(body), Context(clock=clock))
     claim_key = ("v1", "PersistentVolumeClaim", "llm", "k3-model-cache")
-    kube.objects[claim_key]["metadata"].update(
-        {"uid": "claim-1", "creationTimestamp": "2026-12-01T00:00:00Z"}
-    )
+    kube.objects[claim_key]["metadata"]["creationTimestamp"] = "2026-12-01T00:00:00Z"
+    first_uid = kube.objects[claim_key]["metadata"]["uid"]
     job = next(o for k, o in kube.objects.items() if k[1] == "Job")
     key = job["metadata"]["labels"]["serving.kimik3.io/cache-key"]
     old_pod = {
@@ -515,10 +514,10 @@ def test_a_replaced_claim_is_an_empty_volume_filled_again_before_serving(
         "spec": {"nodeName": "cpu-1"},
         "status": {"phase": "Succeeded", **_terminated({"phase": "Ready", "bytesTotal": 10})},
     }
-    kube.put(old_pod)
+    kube.put_job_pod(old_pod)
     reconcile(kube, key_of(kube.get(API, "KimiK3Deployment", "k3", "llm")), Context(clock=clock))
     cache = kube.get(API, "KimiK3Deployment", "k3", "llm")["status"]["modelCache"]
-    assert (cache["phase"], cache["claimUID"]) == ("Ready", "claim-1")
+    assert (cache["phase"], cache["claimUID"]) == ("Ready", first_uid)
     lws = kube.get("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", "k3", "llm")
     assert lws["spec"]["replicas"] == 2
 
@@ -655,7 +654,7 @@ def test_wants_collection_only_after_the_rollout_to_this_revision() -> None:
 def _download_done(kube: FakeKube, report: dict[str, Any]) -> None:
     job = next(o for k, o in kube.objects.items() if k[1] == "Job" and "-download-" in k[3])
     key = job["metadata"]["labels"]["serving.kimik3.io/cache-key"]
-    kube.put(
+    kube.put_job_pod(
         {
             "apiVersion": "v1",
             "kind": "Pod",
@@ -719,7 +718,7 @@ def test_old_revisions_are_collected_once_the_rollout_is_complete(kube: FakeKube
 
     # Its report: the bytes freed, nothing old left, and no second collection.
     key = collect[0]["metadata"]["labels"]["serving.kimik3.io/collect-key"]
-    kube.put(
+    kube.put_job_pod(
         {
             "apiVersion": "v1",
             "kind": "Pod",
@@ -790,3 +789,23 @@ def test_one_pod_without_a_cache_is_not_warned_about() -> None:
     assert every_pod_downloads(spec_of(model={"source": {"pvc": {"claimName": "w"}}})) is None
     warned = every_pod_downloads(spec_of(parallelism={"tensor": 8}, replicas=3))
     assert warned is not None and "each of the 3 serving pods" in warned.message
+
+
+@pytest.mark.parametrize(
+    "report",
+    [
+        {"phase": "Ready", "bytesTotal": "1234"},
+        {"phase": "Ready", "bytesTotal": 1234, "repos": ["moonshotai/Kimi-K3"]},
+        {"phase": "Ready", "bytesTotal": 1234, "repos": [{"repo": ["x"], "commit": "c"}]},
+        {"phase": "Ready", "bytesTotal": -1},
+        {"phase": ["Ready"]},
+        {"phase": "Ready", "oldRevisions": "abc"},
+        {"phase": "Failed", "problems": [{"file": "x"}]},
+        ["Ready"],
+    ],
+)
+def test_a_malformed_report_is_no_report_and_fails_nothing(report: Any) -> None:
+    """The download pod runs the user's image: what it writes is checked before it is read."""
+    state = _state(pods=[_pod("p1", phase="Succeeded", **_terminated(report))])
+    assert not state.ready
+    assert state.phase == "Downloading"

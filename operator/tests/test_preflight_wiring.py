@@ -158,7 +158,9 @@ def test_probe_runs_first_then_its_report_deploys(kube: FakeKube) -> None:
     assert cond(kube, "Progressing")[:2] == ("True", "WaitingForPreflight")
     key = probe_key(spec_of(preflight={"probe": True}))
     report = json.dumps(probe_report("nvidia"), separators=(",", ":"))
-    kube.put(probe_pod(key, terminated={"exitCode": 0, "reason": "Completed", "message": report}))
+    kube.put_job_pod(
+        probe_pod(key, terminated={"exitCode": 0, "reason": "Completed", "message": report})
+    )
     kube.writes.clear()
     again(kube)
     assert "LeaderWorkerSet" in applied_kinds(kube)
@@ -177,7 +179,7 @@ def test_probe_runs_first_then_its_report_deploys(kube: FakeKube) -> None:
 def test_probe_that_cannot_pull_its_image(kube: FakeKube) -> None:
     start(kube, preflight={"probe": True})
     key = probe_key(spec_of(preflight={"probe": True}))
-    kube.put(probe_pod(key, waiting={"reason": "ImagePullBackOff", "message": "not found"}))
+    kube.put_job_pod(probe_pod(key, waiting={"reason": "ImagePullBackOff", "message": "not found"}))
     again(kube)
     status, reason, message = cond(kube, "CapabilitiesVerified")
     assert (status, reason) == ("False", "ProbeImagePullFailed")
@@ -294,3 +296,38 @@ def test_a_command_line_the_probe_could_not_parse_has_no_verdict() -> None:
     report["serve"] = {"leader": {"skipped": "ModuleNotFoundError: vllm.entrypoints.x"}}
     findings = run_rules(spec_of(parallelism={"tensor": 8}), probed_facts(load_table(), report))
     assert not [f for f in findings if f.id == "serve-args"]
+
+
+def test_a_pod_that_only_carries_the_probe_label_verifies_nothing(kube: FakeKube) -> None:
+    """A namespace user can label a pod of their own like the probe's: only the probe Job's
+    own pod (its controller by uid) speaks for the image."""
+    start(kube, preflight={"probe": True})
+    key = probe_key(spec_of(preflight={"probe": True}))
+    report = json.dumps(probe_report("nvidia"), separators=(",", ":"))
+    forged = probe_pod(key, terminated={"exitCode": 0, "reason": "Completed", "message": report})
+    forged["metadata"]["ownerReferences"] = [
+        {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "name": "k3-preflight-x",
+            "uid": "made-up",
+            "controller": True,
+        }
+    ]
+    kube.put(forged)
+    again(kube)
+    assert cond(kube, "CapabilitiesVerified")[:2] == ("Unknown", "ProbeRunning")
+    assert "LeaderWorkerSet" not in applied_kinds(kube)
+
+
+def test_the_report_kept_on_the_job_carries_no_credentials(kube: FakeKube) -> None:
+    start(kube, preflight={"probe": True})
+    key = probe_key(spec_of(preflight={"probe": True}))
+    report = probe_report("nvidia")
+    report["warnings"] = ["HF_ENDPOINT https://alice:s3cr3t-pass@hub.corp answered slowly"]
+    text = json.dumps(report, separators=(",", ":"))
+    kube.put_job_pod(probe_pod(key, terminated={"exitCode": 0, "message": text}))
+    again(kube)
+    job = next(o for k, o in kube.objects.items() if k[1] == "Job")
+    kept = job["metadata"]["annotations"]["serving.kimik3.io/probe-report"]
+    assert "s3cr3t-pass" not in kept and "https://***@hub.corp" in kept

@@ -23,6 +23,19 @@ SECRET = "s3cr3t-pass"
         (f"socks5h://u:{SECRET}@10.0.0.1:1080 refused", "socks5h://***@10.0.0.1:1080 refused"),
         (f"Authorization: Bearer {SECRET}xyz", "Authorization: Bearer ***"),
         ("token hf_abcdefghijklmnopqrstuvwxyz0123 leaked", "token *** leaked"),
+        (
+            f"GET https://hub.corp/f?token={SECRET}&rev=main",
+            "GET https://hub.corp/f?token=***&rev=main",
+        ),
+        (
+            f"s3.amazonaws.com/b/k?X-Amz-Signature={SECRET}",
+            "s3.amazonaws.com/b/k?X-Amz-Signature=***",
+        ),
+        (f"Authorization: Basic {SECRET}QQ==", "Authorization: Basic ***"),
+        (f"x-api-key: {SECRET}", "x-api-key: ***"),
+        (f"X-Api-Key={SECRET} sent", "X-Api-Key=*** sent"),
+        (f"HTTPS_PROXY=alice:{SECRET}@proxy.corp:3128", "HTTPS_PROXY=***@proxy.corp:3128"),
+        (f"proxy alice:{SECRET}@10.0.0.1 refused", "proxy ***@10.0.0.1 refused"),
     ],
 )
 def test_credentials_are_taken_out_and_the_address_kept(text: str, kept: str) -> None:
@@ -33,6 +46,12 @@ def test_credentials_are_taken_out_and_the_address_kept(text: str, kept: str) ->
 def test_plain_text_is_untouched() -> None:
     text = "https://huggingface.co/moonshotai/Kimi-K3 returned 404 for user@example.com"
     assert redact(text) == text
+    for kept in (
+        "http://proxy.corp:3128 at 12:30, vllm/vllm-openai:v0.33.0@sha256:abc",
+        "https://hub.corp/f?revision=main&limit=5",
+        "image kimik3.local/vllm-cpu:v0.32.0 on node cpu-1",
+    ):
+        assert redact(kept) == kept
 
 
 def test_the_status_and_events_carry_no_credentials(kube: FakeKube) -> None:

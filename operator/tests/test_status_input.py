@@ -106,7 +106,7 @@ def test_the_report_is_kept_on_the_job_and_outlives_the_pod(kube: FakeKube) -> N
     reconcile(kube, key_of(body), Context(clock=clock))
     key = probe_key(spec_of(**spec))
     report = json.dumps(probe_report())
-    kube.put(
+    kube.put_job_pod(
         {
             "apiVersion": "v1",
             "kind": "Pod",

@@ -56,7 +56,7 @@ from kimik3_operator.pod_security import namespace_policy
 from kimik3_operator.preflight.gate import Gate, evaluate
 from kimik3_operator.preflight.probe import ProbeState, probe_state, report_state
 from kimik3_operator.preflight.table import load_table
-from kimik3_operator.redact import redact
+from kimik3_operator.redact import redact, redact_tree
 from kimik3_operator.status_input import with_readable_status
 from kimik3_operator.weights.state import (
     CacheState,
@@ -83,12 +83,18 @@ class NameConflictError(Exception):
         super().__init__(", ".join(self.objects))
 
 
-def controlled_by(obj: Mapping[str, Any], owner: Owner) -> bool:
+def controlled_by(obj: Mapping[str, Any], uid: str) -> bool:
+    """Whether the object whose uid is ``uid`` controls ``obj``: a label is anyone's to set
+    in a namespace, a controller's uid is not (an object naming a controller that does not
+    exist is garbage-collected)."""
     refs = (obj.get("metadata") or {}).get("ownerReferences") or []
-    return any(
-        isinstance(ref, Mapping) and ref.get("controller") and ref.get("uid") == owner.uid
-        for ref in refs
+    return bool(uid) and any(
+        isinstance(ref, Mapping) and ref.get("controller") and ref.get("uid") == uid for ref in refs
     )
+
+
+def uid_of(obj: Mapping[str, Any] | None) -> str:
+    return str(((obj or {}).get("metadata") or {}).get("uid") or "")
 
 
 def _describe_controller(obj: Mapping[str, Any]) -> str:
@@ -107,7 +113,7 @@ def _live_or_conflict(kube: Kube, child: Mapping[str, Any], owner: Owner) -> Obj
     if live is None:
         # The caches hold only labelled objects: ask the API server before creating.
         live = kube.get_from_server(*args)
-    if live is not None and not controlled_by(live, owner):
+    if live is not None and not controlled_by(live, owner.uid):
         raise NameConflictError([f"{child['kind']}/{meta['name']} ({_describe_controller(live)})"])
     return live
 
@@ -477,11 +483,16 @@ def _preflight(
     if kept:
         state = report_state(kept, spec.engine.image)
     else:
-        pods = kube.list("v1", "Pod", owner.namespace, label_selector=f"{c.PROBE_KEY_LABEL}={key}")
+        labelled = kube.list(
+            "v1", "Pod", owner.namespace, label_selector=f"{c.PROBE_KEY_LABEL}={key}"
+        )
+        # Only the Job's own pods speak for the image: the label is anyone's to set.
+        pods = [pod for pod in labelled if controlled_by(pod, uid_of(job))]
         state = probe_state(job, pods, spec.engine.image)
         if state.phase == "Done" and job is not None:
-            # Kept on the Job, so the verdict outlives the pod's garbage collection.
-            text = json.dumps(state.report, separators=(",", ":"), sort_keys=True)
+            # Kept on the Job, so the verdict outlives the pod's garbage collection; without
+            # the credentials its errors may quote.
+            text = json.dumps(redact_tree(state.report), separators=(",", ":"), sort_keys=True)
             annotations = {c.PROBE_REPORT_ANNOTATION: text}
             kube.patch(
                 "batch/v1",
@@ -533,13 +544,20 @@ def _model_cache(
         _apply_children(kube, [with_spec_hash(build_download_config_map(owner))], owner, result)
         _create_missing(kube, [with_spec_hash(build_download_job(spec, owner))], owner, result)
     _delete_other_downloads(kube, owner, key, result)
+    job = kube.get("batch/v1", "Job", job_name, owner.namespace)
     found = cache_state(
         key=key,
         claim_name=claim_name,
         job_name=job_name,
         claim=claim,
-        job=kube.get("batch/v1", "Job", job_name, owner.namespace),
-        pods=kube.list("v1", "Pod", owner.namespace, label_selector=f"{c.CACHE_KEY_LABEL}={key}"),
+        job=job,
+        pods=[
+            pod
+            for pod in kube.list(
+                "v1", "Pod", owner.namespace, label_selector=f"{c.CACHE_KEY_LABEL}={key}"
+            )
+            if controlled_by(pod, uid_of(job))
+        ],
         stored=stored,
     )
     return ready_since(found, clock())

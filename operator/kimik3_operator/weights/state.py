@@ -54,13 +54,46 @@ def _terminated(pod: Obj) -> Mapping[str, Any]:
     return {}
 
 
+# Far above any checkpoint (1.6 TB), far below where a float loses integers.
+_MAX_COUNT = 2**50
+_COUNTS = ("bytesTotal", "oldBytes", "bytesFreed")
+_TEXTS = ("phase", "reason")
+_LISTS = {"repos": dict, "oldRevisions": str, "problems": str}
+
+
+def checked_report(found: Any) -> dict[str, Any] | None:
+    """A download or collect pod's report with every field the operator reads of the type
+    it reads it as, or None: the pod runs the user's image, so a malformed report is no
+    report (it fails nothing), never an exception at every reconcile."""
+    if not isinstance(found, dict):
+        return None
+    for name in _COUNTS:
+        value = found.get(name)
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= _MAX_COUNT
+        ):
+            return None
+    if any(found.get(name) is not None and not isinstance(found[name], str) for name in _TEXTS):
+        return None
+    for name, kind in _LISTS.items():
+        value = found.get(name)
+        if value is None:
+            continue
+        if not isinstance(value, list) or not all(isinstance(item, kind) for item in value):
+            return None
+    for repo in found.get("repos") or ():
+        if not all(isinstance(repo.get(k, ""), str) for k in ("repo", "commit")):
+            return None
+    return found
+
+
 def _report(pod: Obj) -> dict[str, Any] | None:
     text = _terminated(pod).get("message") or ""
     try:
         found = json.loads(text) if text else None
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
-    return found if isinstance(found, dict) else None
+    return checked_report(found)
 
 
 def _job_condition(job: Obj | None, kind: str) -> Mapping[str, Any] | None:
