@@ -509,3 +509,38 @@ def test_replicas_spread_an_optional_budget_and_a_digest(cluster: Cluster) -> No
         d for d in yaml.safe_load_all(helm(cluster, "template", "k", str(CHART)).stdout) if d
     ]
     assert not any(d["kind"] == "PodDisruptionBudget" for d in default)
+
+
+def test_the_metrics_port_admits_only_the_listed_peers(cluster: Cluster) -> None:
+    """The metrics name every tenant's deployments: by default only the monitoring namespace
+    may reach the port, the health port stays open, and the policy selects the operator's
+    pods and those only. (No CNI here enforces a NetworkPolicy: the API server validates it
+    in test_rendered_objects_validate_server_side; this checks what it says.)"""
+    docs = [d for d in yaml.safe_load_all(helm(cluster, "template", "k", str(CHART)).stdout) if d]
+    policy = next(d for d in docs if d["kind"] == "NetworkPolicy")
+    deployment = next(d for d in docs if d["kind"] == "Deployment")
+    assert (
+        policy["spec"]["podSelector"]["matchLabels"]
+        == (deployment["spec"]["selector"]["matchLabels"])
+    )
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    health, metrics = policy["spec"]["ingress"]
+    assert health == {"ports": [{"port": "health", "protocol": "TCP"}]}
+    assert metrics["ports"] == [{"port": "metrics", "protocol": "TCP"}]
+    assert metrics["from"] == [
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
+    ]
+    ports = {p["name"] for p in deployment["spec"]["template"]["spec"]["containers"][0]["ports"]}
+    assert {"health", "metrics"} <= ports, "the policy's named ports exist on the container"
+    off = helm(cluster, "template", "k", str(CHART), "--set", "networkPolicy.enabled=false")
+    assert "kind: NetworkPolicy" not in off.stdout
+    wrong = helm(
+        cluster,
+        "template",
+        "k",
+        str(CHART),
+        "--set-json",
+        'networkPolicy.metricsFrom=[{"ipBlock":1}]',
+        check=False,
+    )
+    assert wrong.returncode != 0 and "ipBlock" in wrong.stderr
