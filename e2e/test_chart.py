@@ -9,6 +9,7 @@ runs it for real)."""
 
 from __future__ import annotations
 
+import copy
 import json
 import pathlib
 import subprocess
@@ -30,6 +31,9 @@ from e2e.conftest import (
     service_account_kubeconfig,
     wait_for,
 )
+from kimik3_operator.api.spec import parse_spec
+from kimik3_operator.builders.common import Owner
+from kimik3_operator.builders.preflight_job import build_probe_job
 
 pytestmark = pytest.mark.kwok
 
@@ -471,6 +475,47 @@ def test_the_admission_policy_fences_the_operators_token(
         "create", "-f", "-", manifest=config_map(watched, managed=True)
     )
 
+    # What the token may make run: the operator's own Job as it builds it is admitted; the
+    # same Job made privileged, with a host path, another ServiceAccount or a token is not.
+    spec = parse_spec({**SMALL, "preflight": {"probe": True}})
+    own = build_probe_job(spec, Owner("fence", watched, "uid-fence"))
+    own["metadata"]["namespace"] = watched
+
+    def job_answer(change: Callable[[dict[str, Any]], None]) -> str:
+        job = copy.deepcopy(own)
+        change(job["spec"]["template"]["spec"])
+        return as_operator("create", "--dry-run=server", "-f", "-", manifest=job)
+
+    def privileged(pod: dict[str, Any]) -> None:
+        pod["containers"][0]["securityContext"]["privileged"] = True
+        pod["containers"][0]["securityContext"]["allowPrivilegeEscalation"] = True
+
+    def host_path(pod: dict[str, Any]) -> None:
+        pod["volumes"].append({"name": "root", "hostPath": {"path": "/"}})
+
+    def other_account(pod: dict[str, Any]) -> None:
+        pod["serviceAccountName"] = "deployer"
+
+    def token(pod: dict[str, Any]) -> None:
+        pod["automountServiceAccountToken"] = True
+
+    def capability(pod: dict[str, Any]) -> None:
+        pod["containers"][0]["securityContext"]["capabilities"]["add"] = ["SYS_ADMIN"]
+
+    def host_network(pod: dict[str, Any]) -> None:
+        pod["hostNetwork"] = True
+
+    assert "created (server dry run)" in job_answer(lambda pod: None)
+    for change, refusal in (
+        (privileged, "are not privileged"),
+        (host_path, "no hostPath"),
+        (other_account, "default ServiceAccount"),
+        (token, "no token mounted"),
+        (capability, "no capability but IPC_LOCK and SYS_NICE"),
+        (host_network, "no host namespace"),
+    ):
+        assert refusal in job_answer(change), change.__name__
+
     operator = _operator_as(cluster, system, name, watched, "-fence")
     operator.start()
     try:
@@ -480,6 +525,21 @@ def test_the_admission_policy_fences_the_operators_token(
         assert "Forbidden" not in log and "denied" not in log, log[-3000:]
     finally:
         operator.stop()
+    # Of a KimiK3Deployment, the token writes the status, never the spec.
+    answer = as_operator(
+        "patch", "kk3d", "k3", "-n", watched, "--type=merge", "-p", '{"spec":{"replicas":5}}'
+    )
+    assert "writes the status and removes its own finalizer" in answer, answer
+    # Events only about KimiK3Deployments.
+    event = {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"generateName": "fence.", "namespace": watched},
+        "involvedObject": {"kind": "Pod", "name": "someone", "namespace": watched},
+        "reason": "Fake",
+        "message": "a message in another's name",
+    }
+    assert "events about KimiK3Deployments only" in as_operator("create", "-f", "-", manifest=event)
 
 
 def test_replicas_spread_an_optional_budget_and_a_digest(cluster: Cluster) -> None:
