@@ -25,6 +25,20 @@ ACCEPTED = "vllm:spec_decode_num_accepted_tokens"
 ACCEPTED_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos"
 # The CRD's maximum of drafter.numSpeculativeTokens: no position index beyond it is real.
 MAX_POSITIONS = 64
+# What the parser is given of an answer: the spec-decode lines only, and at most this many
+# (a leader has one line per counter and position, per engine and model: a few hundred).
+SPEC_DECODE_PREFIXES = tuple(f"{lead}vllm:spec_decode_" for lead in ("", "# HELP ", "# TYPE "))
+MAX_SPEC_DECODE_LINES = 4096
+
+
+def spec_decode_lines(text: str) -> str:
+    """The answer's spec-decode lines: the parser's cost is bounded by what vLLM writes of
+    them, not by the rest of an answer of up to the fetch's limit (the pod's image is the
+    user's). More lines than a leader can have is a ValueError."""
+    kept = [line for line in text.splitlines() if line.startswith(SPEC_DECODE_PREFIXES)]
+    if len(kept) > MAX_SPEC_DECODE_LINES:
+        raise ValueError(f"{len(kept)} spec-decode lines, over {MAX_SPEC_DECODE_LINES}")
+    return "\n".join(kept) + "\n"
 
 
 @dataclass(frozen=True)
@@ -53,7 +67,7 @@ def parse_metrics(text: str, at: float, positions: int = MAX_POSITIONS) -> Snaps
     totals = {DRAFTS: 0.0, DRAFT_TOKENS: 0.0, ACCEPTED: 0.0}
     per_position: dict[int, float] = {}
     seen = False
-    for family in text_string_to_metric_families(text):
+    for family in text_string_to_metric_families(spec_decode_lines(text)):
         for sample in family.samples:
             name = sample.name.removesuffix("_total")
             if sample.name.endswith("_created"):

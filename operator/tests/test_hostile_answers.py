@@ -9,7 +9,6 @@ import threading
 import time
 import tracemalloc
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -238,7 +237,17 @@ def _leader(owner: str) -> dict[str, object]:
                 "app.kubernetes.io/instance": owner,
                 "app.kubernetes.io/component": "leader",
                 "app.kubernetes.io/managed-by": "kimik3-operator",
+                "leaderworkerset.sigs.k8s.io/group-index": "0",
             },
+            "ownerReferences": [
+                {
+                    "apiVersion": "apps/v1",
+                    "kind": "StatefulSet",
+                    "name": owner,
+                    "uid": "sts",
+                    "controller": True,
+                }
+            ],
         },
         "status": {
             "phase": "Running",
@@ -262,21 +271,31 @@ def test_a_slow_leader_does_not_hold_the_periodic_loop() -> None:
     controller = Manager(
         api=FakeKube(),
         api_client=None,
-        settings=Settings(gpu_inventory=False),
+        settings=Settings(gpu_inventory=False, scrape_workers=2),
         acceptance=AcceptanceReader(fetch=stuck),
     )
     for name in ("a", "b"):
         body = resource(name, drafter={"method": "eagle3", "repo": "x/y"})
+        body["metadata"]["namespace"] = f"team-{name}"
         controller.store.upsert("KimiK3Deployment", body)
-        controller.store.upsert("Pod", _leader(name))
-    with ThreadPoolExecutor(2) as pool:
+        leader = _leader(name)
+        leader["metadata"]["namespace"] = f"team-{name}"
+        controller.store.upsert("Pod", leader)
+    try:
         started = time.monotonic()
-        assert controller.submit_scrapes(pool) == 2
+        assert controller.submit_scrapes() == 2
         assert time.monotonic() - started < 0.5
         deadline = time.monotonic() + 5
         while len(calls) < 2 and time.monotonic() < deadline:
             time.sleep(0.01)
         assert len(calls) == 2, "both leaders are being read at once"
-        assert controller.submit_scrapes(pool) == 0, "still running: not submitted again"
+        assert controller.submit_scrapes() == 0, "still running: not submitted again"
         release.set()
-    assert controller.submit_scrapes(ThreadPoolExecutor(1)) == 2
+        deadline = time.monotonic() + 5
+        assert controller.scrapes is not None
+        while controller.scrapes.running() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert controller.submit_scrapes() == 2
+    finally:
+        release.set()
+        controller.stop()

@@ -135,7 +135,18 @@ def leader_pod(name: str = "k3-0", ready: bool = True) -> dict[str, Any]:
                 "app.kubernetes.io/instance": "k3",
                 "app.kubernetes.io/component": "leader",
                 "app.kubernetes.io/managed-by": "kimik3-operator",
+                "leaderworkerset.sigs.k8s.io/group-index": name.rsplit("-", 1)[-1],
             },
+            # As LeaderWorkerSet makes it: its leader StatefulSet has the LWS's name.
+            "ownerReferences": [
+                {
+                    "apiVersion": "apps/v1",
+                    "kind": "StatefulSet",
+                    "name": "k3",
+                    "uid": "sts",
+                    "controller": True,
+                }
+            ],
         },
         "status": {
             "podIP": "10.0.0.1",

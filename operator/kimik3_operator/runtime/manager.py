@@ -13,7 +13,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -32,6 +31,7 @@ from kimik3_operator.runtime.informer import Informer, Obj
 from kimik3_operator.runtime.namespaces import NamespaceLabels
 from kimik3_operator.runtime.queue import WorkQueue
 from kimik3_operator.runtime.readers import AcceptanceReader, ProgressReader
+from kimik3_operator.runtime.scrapes import FairScrapes
 from kimik3_operator.runtime.store import Store, StoreKube, trimmed
 
 log = logging.getLogger(__name__)
@@ -91,8 +91,8 @@ class Manager:
     _stop: threading.Event = field(default_factory=threading.Event)
     # Every watch has listed and the workers run.
     ready: threading.Event = field(default_factory=threading.Event)
-    _scraping: set[Key] = field(default_factory=set)
-    _scrape_lock: threading.Lock = field(default_factory=threading.Lock)
+    scrapes: FairScrapes | None = None
+    _rejected_lock: threading.Lock = field(default_factory=threading.Lock)
     namespace_labels: NamespaceLabels = field(default_factory=NamespaceLabels)
     # (uid, resourceVersion) of refused objects already told of, so a relist repeats nothing.
     _rejected_seen: set[tuple[str, str]] = field(default_factory=set)
@@ -106,6 +106,8 @@ class Manager:
         self.queue.retry_max = self.settings.retry_max_seconds
         if self.settings.gpu_inventory and self.ledger is None:
             self.ledger = GpuLedger()
+        if self.scrapes is None:
+            self.scrapes = FairScrapes(self.settings.scrape_workers, self._scrape_one)
 
     # --- the watches --------------------------------------------------------------------
 
@@ -212,7 +214,7 @@ class Manager:
         if kind != c.KIND or not meta.get("name") or not meta.get("namespace"):
             return
         seen = (str(meta.get("uid", "")), str(meta.get("resourceVersion", "")))
-        with self._scrape_lock:
+        with self._rejected_lock:
             if seen in self._rejected_seen:
                 return
             if len(self._rejected_seen) >= REJECTED_REMEMBERED:
@@ -335,39 +337,25 @@ class Manager:
     def _loop(self) -> None:
         next_resync = time.monotonic() + self.settings.resync_seconds
         next_scrape = time.monotonic() + min(5.0, self.settings.scrape_seconds)
-        with ThreadPoolExecutor(self.settings.scrape_workers, "scrape") as pool:
-            while not self._stop.wait(0.5):
-                if not self.active.is_set():
-                    continue
-                now = time.monotonic()
-                if now >= next_resync:
-                    next_resync = now + self.settings.resync_seconds
-                    self._forget_missing()
-                    self.enqueue_all()
-                if now >= next_scrape:
-                    next_scrape = now + self.settings.scrape_seconds
-                    self.submit_scrapes(pool)
+        while not self._stop.wait(0.5):
+            if not self.active.is_set():
+                continue
+            now = time.monotonic()
+            if now >= next_resync:
+                next_resync = now + self.settings.resync_seconds
+                self._forget_missing()
+                self.enqueue_all()
+            if now >= next_scrape:
+                next_scrape = now + self.settings.scrape_seconds
+                self.submit_scrapes()
 
-    def submit_scrapes(self, pool: ThreadPoolExecutor) -> int:
-        """Hands each deployment's scrape to the pool and returns at once: a slow or hostile
-        leader holds one pool thread up to its fetch deadline, never this loop or another
-        deployment's scrape. A deployment whose last scrape still runs is skipped."""
-        submitted = 0
-        for key in self.store.keys(c.KIND):
-            with self._scrape_lock:
-                if key in self._scraping:
-                    continue
-                self._scraping.add(key)
-            pool.submit(self._scrape, key)
-            submitted += 1
-        return submitted
-
-    def _scrape(self, key: Key) -> None:
-        try:
-            self._scrape_one(key)
-        finally:
-            with self._scrape_lock:
-                self._scraping.discard(key)
+    def submit_scrapes(self) -> int:
+        """Queues every deployment's scrape on the fair pool and returns at once: a slow or
+        hostile leader holds one worker up to the scrape's deadline, never this loop, and a
+        namespace never more than its share of the workers. A deployment whose last scrape
+        still waits or runs is not queued again."""
+        assert self.scrapes is not None
+        return self.scrapes.submit(self.store.keys(c.KIND))
 
     def _scrape_one(self, key: Key) -> None:
         """Each reader records what it read; a reading that would change the status
@@ -427,5 +415,7 @@ class Manager:
     def stop(self) -> None:
         self._stop.set()
         self.queue.close()
+        if self.scrapes is not None:
+            self.scrapes.shutdown()
         for informer in self.informers:
             informer.stop()

@@ -9,9 +9,12 @@ resource, and the reconcile, the status's one writer, folds the reading in.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_all
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +33,7 @@ from kimik3_operator.api.spec import KimiK3DeploymentSpec, SpecError, parse_spec
 from kimik3_operator.builders.model_cache import PROGRESS_PORT
 from kimik3_operator.kube import Kube
 from kimik3_operator.observe import pod_ready
+from kimik3_operator.runtime.bounded_http import DEFAULT_DEADLINE_SECONDS
 from kimik3_operator.runtime.bounded_http import fetch as bounded_fetch
 from kimik3_operator.status_input import readable_status
 from kimik3_operator.weights.progress import (
@@ -44,6 +48,10 @@ from kimik3_operator.weights.progress import (
 log = logging.getLogger(__name__)
 Key = tuple[str, str]
 Fetch = Callable[[str], str]
+# A deployment's leaders are read at once, this many at a time, under one deadline: the
+# fetch's own bound and a second for the threads to start.
+LEADER_FETCHES = 16
+SCRAPE_DEADLINE_SECONDS = DEFAULT_DEADLINE_SECONDS + 1.0
 
 
 def metrics_fetch(url: str) -> str:
@@ -58,6 +66,45 @@ def progress_fetch(url: str) -> str:
 def _key(body: Mapping[str, Any]) -> Key:
     meta = body["metadata"]
     return meta["namespace"], meta["name"]
+
+
+def surge_groups(spec: KimiK3DeploymentSpec) -> int:
+    """The groups a rollout may add above spec.replicas (maxSurge, a count or a percentage)."""
+    surge = spec.rollout.max_surge
+    if isinstance(surge, int):
+        return max(0, surge)
+    text = str(surge).removesuffix("%")
+    return math.ceil(spec.replicas * int(text) / 100) if text.isdigit() else 0
+
+
+def scraped_leaders(
+    pods: Sequence[Mapping[str, Any]], name: str, spec: KimiK3DeploymentSpec
+) -> list[Mapping[str, Any]]:
+    """The leaders worth a scrape: Ready pods whose controller is the LeaderWorkerSet's
+    leader StatefulSet (it has the LeaderWorkerSet's name, the deployment's), one per group
+    index, and no more groups than the spec can have. A labelled pod of a namespace user
+    costs nothing, and however many there are, a deployment's scrape is bounded."""
+    groups = spec.replicas + surge_groups(spec)
+    chosen: dict[int, Mapping[str, Any]] = {}
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        index = str((meta.get("labels") or {}).get(c.LWS_GROUP_INDEX_LABEL, ""))
+        if not (pod_ready(pod) and _from_leader_set(meta, name)):
+            continue
+        if not (index.isdigit() and len(index) <= 6 and int(index) < groups):
+            continue
+        chosen.setdefault(int(index), pod)
+    return [chosen[index] for index in sorted(chosen)]
+
+
+def _from_leader_set(meta: Mapping[str, Any], name: str) -> bool:
+    return any(
+        isinstance(ref, Mapping)
+        and ref.get("controller") is True
+        and ref.get("kind") == "StatefulSet"
+        and ref.get("name") == name
+        for ref in meta.get("ownerReferences") or []
+    )
 
 
 def retained_seconds(window_seconds: float, spec: KimiK3DeploymentSpec) -> float:
@@ -78,6 +125,8 @@ class AcceptanceReader:
     thresholds: Thresholds = field(default_factory=Thresholds)
     fetch: Fetch = metrics_fetch
     clock: Callable[[], float] = time.time
+    # Leaders read at once per deployment (1: one after another).
+    concurrency: int = LEADER_FETCHES
     _windows: dict[Key, dict[str, LeaderWindow]] = field(default_factory=dict)
     _readings: dict[Key, AcceptanceReading] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -103,6 +152,34 @@ class AcceptanceReader:
         ip = pod.get("status", {}).get("podIP")
         return f"http://{ip}:{port}/metrics" if ip else None
 
+    def _fetch_all(self, urls: Sequence[str | None]) -> list[str | BaseException]:
+        """Every leader's answer (or why there is none), read at once under one deadline."""
+        if self.concurrency <= 1 or len(urls) <= 1:
+            return [self._fetch_one(url) for url in urls]
+        pool = ThreadPoolExecutor(min(len(urls), self.concurrency), "leader-fetch")
+        try:
+            futures: list[Future[str | BaseException]] = [
+                pool.submit(self._fetch_one, url) for url in urls
+            ]
+            wait_all(futures, timeout=SCRAPE_DEADLINE_SECONDS)
+            return [
+                f.result()
+                if f.done()
+                else TimeoutError(f"no answer in {SCRAPE_DEADLINE_SECONDS:.0f}s")
+                for f in futures
+            ]
+        finally:
+            # A fetch past the deadline ends at its own bound; nobody waits for it.
+            pool.shutdown(wait=False, cancel_futures=True)
+
+    def _fetch_one(self, url: str | None) -> str | BaseException:
+        if url is None:
+            return OSError("no pod IP")
+        try:
+            return self.fetch(url)
+        except Exception as exc:  # the caller names it per pod
+            return exc
+
     def tick(self, kube: Kube, body: Mapping[str, Any]) -> bool:
         """Scrapes the leaders and records the reading; True when it would change the
         stored status (the caller then enqueues the resource)."""
@@ -120,24 +197,24 @@ class AcceptanceReader:
             f"{c.LABEL_INSTANCE}={name},{c.LABEL_COMPONENT}={c.COMPONENT_LEADER},"
             f"{c.LABEL_MANAGED_BY}={c.OPERATOR_NAME}"
         )
-        leaders = [
-            p for p in kube.list("v1", "Pod", namespace, label_selector=selector) if pod_ready(p)
-        ]
+        leaders = scraped_leaders(
+            kube.list("v1", "Pod", namespace, label_selector=selector), name, spec
+        )
         now = self.clock()
         unreachable: list[str] = []
         with self._lock:
             windows = dict(self._windows.get(key, {}))
         retain = retained_seconds(self.window_seconds, spec)
-        for pod in leaders:
+        answers = self._fetch_all([self.url(pod, spec.service.port) for pod in leaders])
+        for pod, answer in zip(leaders, answers, strict=True):
             meta = pod["metadata"]
             pod_name = meta["name"]
-            url = self.url(pod, spec.service.port)
             try:
-                if url is None:
-                    raise OSError("no pod IP")
-                snapshot = parse_metrics(self.fetch(url), now, positions)
-            except (OSError, ValueError, RecursionError) as exc:
-                log.info("cannot read %s of %s/%s: %s", url, namespace, pod_name, exc)
+                if isinstance(answer, BaseException):
+                    raise answer
+                snapshot = parse_metrics(answer, now, positions)
+            except (OSError, ValueError, RecursionError, TimeoutError) as exc:
+                log.info("cannot read the metrics of %s/%s: %s", namespace, pod_name, exc)
                 unreachable.append(pod_name)
                 continue
             if snapshot is not None:
