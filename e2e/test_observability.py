@@ -201,6 +201,16 @@ def operator_metrics(leaders: dict[str, FakeLeader]) -> Iterator[int]:
                         "leaderworkerset.sigs.k8s.io/group-index": str(group),
                         "serving.kimik3.io/template-hash": templates[pod],
                     },
+                    # As LeaderWorkerSet makes it: controlled by its leader StatefulSet.
+                    "ownerReferences": [
+                        {
+                            "apiVersion": "apps/v1",
+                            "kind": "StatefulSet",
+                            "name": "k3",
+                            "uid": "uid-sts",
+                            "controller": True,
+                        }
+                    ],
                 },
                 "status": {
                     "podIP": "127.0.0.1",
