@@ -144,6 +144,20 @@ BAD_SPECS: list[tuple[str, dict[str, Any], str]] = [
         "spec.securityContext.runAsUser: Invalid value: -1",
     ),
     ("cpu-limit", {"resources": {"cpuLimit": "lots"}}, "spec.resources.cpuLimit: Invalid value"),
+    (
+        "canary-window",
+        {"rollout": {"canary": {"window": "7h"}}},
+        'spec.rollout.canary.window: Invalid value: "7h": the canary window is at most 6h',
+    ),
+    (
+        "env-both",
+        {
+            "engine": {
+                "env": [{"name": "X", "value": "1", "valueFrom": {"fieldRef": {"fieldPath": "x"}}}]
+            }
+        },
+        "an env entry takes value or valueFrom, not both",
+    ),
 ]
 
 

@@ -29,6 +29,8 @@ MAX_POSITIONS = 64
 # (a leader has one line per counter and position, per engine and model: a few hundred).
 SPEC_DECODE_PREFIXES = tuple(f"{lead}vllm:spec_decode_" for lead in ("", "# HELP ", "# TYPE "))
 MAX_SPEC_DECODE_LINES = 4096
+# Samples kept per leader pod.
+MAX_SAMPLES = 1500
 
 
 def spec_decode_lines(text: str) -> str:
@@ -127,7 +129,8 @@ class LeaderWindow:
     pod's group and template hash go with them, for the canary's comparison."""
 
     def __init__(self, group: str = "", template_hash: str = "") -> None:
-        self.samples: deque[Snapshot] = deque()
+        # Bounded whatever the interval: the longest canary window (6h) at one scrape in 15 s.
+        self.samples: deque[Snapshot] = deque(maxlen=MAX_SAMPLES)
         self.group = group
         self.template_hash = template_hash
 

@@ -134,3 +134,21 @@ def test_a_control_character_that_cannot_reach_a_child_is_refused_with_its_field
     with pytest.raises(SpecError, match=r"spec.engine.env\[0\].value.*control character"):
         parse_spec({"engine": {"env": [{"name": "A", "value": "x\x01y"}]}})
     assert parse_spec({"engine": {"env": [{"name": "A", "value": "tab\there"}]}})
+
+
+def test_a_canary_window_past_six_hours_is_refused_naming_the_field() -> None:
+    """Each leader's samples are kept for the canary's window: the window bounds them."""
+    from kimik3_operator.api.spec import parse_spec
+
+    assert parse_spec({"rollout": {"canary": {"window": "6h"}}}).rollout.canary is not None
+    with pytest.raises(SpecError, match=r"spec\.rollout\.canary\.window='7h'.*6h"):
+        parse_spec({"rollout": {"canary": {"window": "7h"}}})
+
+
+def test_a_leaders_samples_are_bounded_whatever_the_interval() -> None:
+    from kimik3_operator.acceptance import MAX_SAMPLES, LeaderWindow, Snapshot
+
+    window = LeaderWindow()
+    for second in range(MAX_SAMPLES * 2):
+        window.add(Snapshot(float(second), float(second), 0.0, 0.0), retain_seconds=1e9)
+    assert len(window.samples) == MAX_SAMPLES

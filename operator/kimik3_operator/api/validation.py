@@ -29,6 +29,9 @@ DRAFTER_PATH = re.compile(r"^[A-Za-z0-9._/-]{0,253}$")
 # server's apply decoder refuses them, so the spec is refused here, with its field.
 CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\ufffe\uffff]")
 
+# Each leader's samples are kept for the canary's window: its length bounds their number.
+MAX_CANARY_WINDOW_SECONDS = 6 * 3600
+
 
 def _strings(value: Any, path: str) -> Iterator[tuple[str, str]]:
     if isinstance(value, str):
@@ -336,6 +339,15 @@ def _canary_errors(spec: KimiK3DeploymentSpec) -> list[SpecError]:
                     "write it as 90s, 15m or 1h30m",
                 )
             )
+    if duration_seconds(canary.window) > MAX_CANARY_WINDOW_SECONDS:
+        found.append(
+            SpecError(
+                "spec.rollout.canary.window",
+                canary.window,
+                "is over 6h, the longest the operator keeps each leader's samples for",
+                "observe for at most 6h (a few acceptance windows are enough)",
+            )
+        )
     rate = canary.min_acceptance_rate
     if rate is not None and not 0.0 <= rate <= 1.0:
         found.append(

@@ -153,6 +153,8 @@ class Manager:
                     # Bound pods that still hold their resources.
                     field_selector="spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed",
                     name="pods (GPU ledger)",
+                    # Anyone's pods, up to 1.5 MiB each: a page is held whole until trimmed.
+                    page=CHILD_PAGE,
                 )
             )
         return made
