@@ -21,7 +21,7 @@ help:
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --disable-pip-version-check -e '.[dev]'
+	"$$(bash scripts/uv.sh)" pip install -q --python $(PY) -e '.[dev]'
 	touch $@
 
 venv: $(VENV)/.installed

