@@ -10,8 +10,9 @@ if [[ -f "$venv/.complete" ]]; then
   exit 0
 fi
 rm -rf "$venv"
-uv="$(bash "$(dirname "${BASH_SOURCE[0]}")/uv.sh")"
 python3 -m venv "$venv"
-"$uv" pip install -q --python "$venv/bin/python" "vllm==$version" >&2
+# pip, not uv: uv resolves cuda-python 12.6 beside cuda-bindings 13.5 here, and vLLM's model
+# inspection then fails to import.
+"$venv/bin/python" -m pip install -q --disable-pip-version-check "vllm==$version" >&2
 touch "$venv/.complete"
 echo "$venv/bin/python"
