@@ -246,16 +246,20 @@ class OperatorProcess:
             time.sleep(0.3)
         raise AssertionError(f"operator not healthy in 30s: {self.log.read_text()[-3000:]}")
 
-    def reconciles(self) -> float:
-        """kimik3_reconciles_total{result="ok"} of the running process."""
+    def metric(self, series: str) -> float:
+        """The value of one series (name and labels, as exposed) of the running process."""
         import urllib.request
 
         url = f"http://127.0.0.1:{self.metrics_port}/metrics"
         with urllib.request.urlopen(url, timeout=5) as response:
             for line in response.read().decode().splitlines():
-                if line.startswith('kimik3_reconciles_total{result="ok"}'):
+                if line.startswith(series):
                     return float(line.split()[-1])
         return 0.0
+
+    def reconciles(self) -> float:
+        """kimik3_reconciles_total{result="ok"} of the running process."""
+        return self.metric('kimik3_reconciles_total{result="ok"}')
 
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:
