@@ -158,6 +158,11 @@ BAD_SPECS: list[tuple[str, dict[str, Any], str]] = [
         },
         "an env entry takes value or valueFrom, not both",
     ),
+    (
+        "env-total",
+        {"engine": {"env": [{"name": f"V{i}", "value": "x" * 30000} for i in range(3)]}},
+        "the env values together are over 64 KiB",
+    ),
 ]
 
 

@@ -11,8 +11,15 @@ if [[ -f "$venv/.complete" ]]; then
 fi
 rm -rf "$venv"
 python3 -m venv "$venv"
-# pip, not uv: uv resolves cuda-python 12.6 beside cuda-bindings 13.5 here, and vLLM's model
-# inspection then fails to import.
-"$venv/bin/python" -m pip install -q --disable-pip-version-check "vllm==$version" >&2
+# uv where the versions pip resolved for this release are frozen (uv alone resolves cuda-python
+# 12.6 beside cuda-bindings 13.5, and vLLM's model inspection then fails to import); pip for a
+# release without a frozen set.
+constraints="$(dirname "${BASH_SOURCE[0]}")/constraints/vllm-$version.txt"
+if [[ -f "$constraints" ]]; then
+  uv="$(bash "$(dirname "${BASH_SOURCE[0]}")/uv.sh")"
+  "$uv" pip install -q --python "$venv/bin/python" -c "$constraints" "vllm==$version" >&2
+else
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check "vllm==$version" >&2
+fi
 touch "$venv/.complete"
 echo "$venv/bin/python"

@@ -141,3 +141,76 @@ def test_a_strict_informer_refuses_depth_the_decoder_took() -> None:
     assert informer_over(api(), strict=True)[0] == [["a"]]
     # A kind whose fields are all closed is checked only when the decoder refused its body.
     assert informer_over(api(), strict=False)[0] == [["a", "b"]]
+
+
+def bound_pod(number: int, env_bytes: int) -> Obj:
+    """A bound pod as the API server lists it, with a large env value and annotation."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"p{number}",
+            "namespace": "tenant",
+            "uid": f"uid-{number}",
+            "resourceVersion": str(100 + number),
+            "creationTimestamp": "2026-12-05T00:00:00Z",
+            "annotations": {"note": "#" * env_bytes},
+            "managedFields": [{"manager": "kubectl", "fieldsV1": {"f:spec": {}}}],
+        },
+        "spec": {
+            "nodeName": f"node-{number % 3}",
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "busybox",
+                    "env": [{"name": "BIG", "value": "#" * env_bytes}],
+                    "resources": {"requests": {"nvidia.com/gpu": "8", "cpu": "1"}},
+                }
+            ],
+            "volumes": [{"name": "v", "emptyDir": {}}],
+        },
+        "status": {"phase": "Running", "containerStatuses": [{"name": "main", "image": "b"}]},
+    }
+
+
+def test_the_ledger_trims_pods_while_they_are_decoded() -> None:
+    """A page of 20 bound pods with 1 MiB env values and annotations: decoded with the
+    ledger's hook, the ledger reads the same pods, and the decoded page is a few KiB, not
+    40 MiB. The decoder's text copy of the body is there either way (the API client holds
+    the bytes): beyond it, one pod's strings at a time."""
+    import tracemalloc
+
+    from kimik3_operator.runtime.gpu_ledger import ledger_pod_fields, ledger_pod_hook
+
+    body = json.dumps(
+        {"metadata": {"resourceVersion": "9"}, "items": [bound_pod(n, 1 << 20) for n in range(20)]}
+    ).encode()
+    tracemalloc.start()
+    whole, _ = decode.loads(body)
+    whole_size, whole_peak = tracemalloc.get_traced_memory()
+    del whole
+    tracemalloc.stop()
+    tracemalloc.start()
+    trimmed, _ = decode.loads(body, ledger_pod_hook)
+    trimmed_size, trimmed_peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert whole_size > 40 << 20
+    assert trimmed_size < 64 << 10, trimmed_size
+    assert trimmed_peak < len(body) + (4 << 20), "the body's text and one pod's strings"
+    assert whole_peak > len(body) + (40 << 20)
+    assert trimmed["metadata"] == {"resourceVersion": "9"}
+    expected = [ledger_pod_fields(bound_pod(n, 8)) for n in range(20)]
+    assert [ledger_pod_fields(p) for p in trimmed["items"]] == expected
+    assert trimmed["items"][0]["metadata"]["resourceVersion"] == "100", "the watch resumes by it"
+
+
+def test_the_ledger_hook_leaves_watch_bookmarks_and_errors_whole() -> None:
+    from kimik3_operator.runtime.gpu_ledger import ledger_pod_hook
+
+    bookmark = {
+        "type": "BOOKMARK",
+        "object": {"kind": "Pod", "metadata": {"resourceVersion": "77"}},
+    }
+    error = {"type": "ERROR", "object": {"kind": "Status", "code": 410, "message": "gone"}}
+    for event in (bookmark, error):
+        assert decode.loads(json.dumps(event), ledger_pod_hook)[0] == event

@@ -3,6 +3,7 @@ the reconcile, event types, and the migration off kopf's finalizer."""
 
 from __future__ import annotations
 
+import json
 import threading
 from typing import Any
 
@@ -166,24 +167,46 @@ def test_a_retry_asked_for_while_running_keeps_its_delay() -> None:
     assert queue.get(timeout=0) == "k"
 
 
+OWNED = [
+    {
+        "apiVersion": "serving.kimik3.io/v1alpha1",
+        "kind": "KimiK3Deployment",
+        "name": "k3",
+        "uid": "o",
+        "controller": True,
+    }
+]
+
+
+def config_map(name: str, size: int, owned: bool = True, namespace: str = "a") -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "namespace": namespace, "uid": f"u-{name}"}
+    if owned:
+        meta["ownerReferences"] = OWNED
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": {"k": "#" * size}}
+
+
 def test_the_store_keeps_what_the_operator_reads_and_no_more() -> None:
-    """A labelled 1 MiB ConfigMap costs its identity; a pod, its node and status; the
-    resource itself is kept whole (a stub would read as a default spec)."""
+    """A labelled ConfigMap over the size bound, or one no resource controls, costs its
+    identity; a pod, its node and status; the resource, its spec, its status and the
+    annotations of the operator's group."""
     from kimik3_operator.runtime.store import MAX_STORED_BYTES, Store
 
     store = Store()
-    big = {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {"name": "x", "namespace": "a", "uid": "u", "managedFields": [{}] * 10},
-        "data": {"k": "#" * (1024 * 1024)},
-    }
+    big = config_map("x", MAX_STORED_BYTES + 1)
+    big["metadata"]["managedFields"] = [{}] * 10
     store.upsert("ConfigMap", big)
     kept = store.get("ConfigMap", "a", "x") or {}
-    assert "data" not in kept and kept["metadata"] == {"name": "x", "namespace": "a", "uid": "u"}
-    small = {**big, "data": {"k": "ok"}}
-    store.upsert("ConfigMap", {**small, "metadata": {**small["metadata"], "name": "y"}})
-    assert (store.get("ConfigMap", "a", "y") or {})["data"] == {"k": "ok"}
+    assert "data" not in kept
+    assert kept["metadata"] == {
+        "name": "x",
+        "namespace": "a",
+        "uid": "u-x",
+        "ownerReferences": OWNED,
+    }
+    store.upsert("ConfigMap", config_map("y", 2))
+    assert (store.get("ConfigMap", "a", "y") or {})["data"] == {"k": "##"}
+    store.upsert("ConfigMap", config_map("stray", 2, owned=False))
+    assert "data" not in (store.get("ConfigMap", "a", "stray") or {}), "no resource controls it"
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -199,14 +222,70 @@ def test_the_store_keeps_what_the_operator_reads_and_no_more() -> None:
         "spec": {"nodeName": "n1"},
         "status": {"phase": "Running"},
     }
-    huge = {
+    resource = {
         "apiVersion": "serving.kimik3.io/v1alpha1",
         "kind": "KimiK3Deployment",
-        "metadata": {"name": "k3", "namespace": "a"},
-        "spec": {"engine": {"env": [{"name": "X", "value": "#" * (MAX_STORED_BYTES + 1)}]}},
+        "metadata": {
+            "name": "k3",
+            "namespace": "a",
+            "annotations": {
+                "kubectl.kubernetes.io/last-applied-configuration": "#" * 200000,
+                "serving.kimik3.io/retry": "1",
+            },
+        },
+        "spec": {"engine": {"env": [{"name": "X", "value": "#" * 60000}]}},
+        "status": {"readyReplicas": 1},
     }
-    store.upsert("KimiK3Deployment", huge)
-    assert store.get("KimiK3Deployment", "a", "k3") == huge
+    store.upsert("KimiK3Deployment", resource)
+    kept = store.get("KimiK3Deployment", "a", "k3") or {}
+    assert kept["metadata"]["annotations"] == {"serving.kimik3.io/retry": "1"}
+    assert kept["spec"] == resource["spec"] and kept["status"] == {"readyReplicas": 1}
+
+
+def test_a_resource_over_its_bounds_is_kept_as_refused_not_whole() -> None:
+    """A spec stored before the schema's totals, or a status the operator did not write,
+    at 1 MiB: the store keeps a few bytes, and the reconcile reads a refusal naming why."""
+    from kimik3_operator.api.spec import SpecError, parse_spec
+    from kimik3_operator.runtime.store import Store
+
+    store = Store()
+    store.upsert(
+        "KimiK3Deployment",
+        {
+            "apiVersion": "serving.kimik3.io/v1alpha1",
+            "kind": "KimiK3Deployment",
+            "metadata": {"name": "k3", "namespace": "a"},
+            "spec": {"engine": {"env": [{"name": "X", "value": "#" * (1 << 20)}]}},
+            "status": {"capabilities": {"x": "#" * (1 << 20)}},
+        },
+    )
+    kept = store.get("KimiK3Deployment", "a", "k3") or {}
+    assert len(json.dumps(kept)) < 1000 and "status" not in kept
+    with pytest.raises(SpecError, match="is over 256 KiB"):
+        parse_spec(kept["spec"])
+
+
+def test_a_namespace_holds_bodies_up_to_its_budget_and_no_more() -> None:
+    """1,000 labelled, owner-claiming 250 KiB ConfigMaps in one namespace: the store holds
+    the budget's worth of bodies there and identities past it; another namespace's objects
+    are kept whole; deleting gives the budget back."""
+    from kimik3_operator.runtime.store import NAMESPACE_BUDGET_BYTES, Store
+
+    store = Store()
+    store.upsert("ConfigMap", config_map("theirs", 2, namespace="b"))
+    for n in range(1000):
+        store.upsert("ConfigMap", config_map(f"m{n}", 250 * 1024))
+    assert store.spent("a") <= NAMESPACE_BUDGET_BYTES
+    held = sum(len(json.dumps(o)) for o in store.list("ConfigMap", "a"))
+    assert held < NAMESPACE_BUDGET_BYTES + 1000 * 300
+    assert len(store.list("ConfigMap", "a")) == 1000, "every identity is kept"
+    assert "data" in (store.get("ConfigMap", "b", "theirs") or {})
+    assert "data" not in (store.get("ConfigMap", "a", "m999") or {})
+    for n in range(1000):
+        store.remove("ConfigMap", "a", f"m{n}")
+    assert store.spent("a") == 0
+    store.upsert("ConfigMap", config_map("later", 2))
+    assert "data" in (store.get("ConfigMap", "a", "later") or {})
 
 
 def test_a_failing_key_backs_off_exponentially_and_a_success_resets_it() -> None:

@@ -145,6 +145,29 @@ def test_a_canary_window_past_six_hours_is_refused_naming_the_field() -> None:
         parse_spec({"rollout": {"canary": {"window": "7h"}}})
 
 
+def test_env_values_over_64_kib_together_are_refused_naming_the_field_and_fix() -> None:
+    """The CRD's CEL rule, checked again for resources stored before it: what the operator
+    holds of each resource is bounded."""
+    from kimik3_operator.api.spec import parse_spec
+
+    fits = [{"name": f"V{i}", "value": "x" * 16384} for i in range(4)]
+    assert len(parse_spec({"engine": {"env": fits}}).engine.env) == 4
+    over = [*fits, {"name": "W", "value": "y"}]
+    with pytest.raises(SpecError, match=r"spec\.engine\.env=.*over 64 KiB.*valueFrom"):
+        parse_spec({"engine": {"env": over}})
+    args = [f"--x{i}=" + "a" * 4000 for i in range(9)]
+    with pytest.raises(SpecError, match=r"spec\.engine\.extraArgs=.*over 32 KiB.*file"):
+        parse_spec({"engine": {"extraArgs": args}})
+
+
+def test_a_spec_the_store_could_not_keep_is_refused_naming_its_size() -> None:
+    from kimik3_operator.api.constants import OVERSIZED_SPEC_KEY
+    from kimik3_operator.api.spec import parse_spec
+
+    with pytest.raises(SpecError, match=r"spec='1200000 bytes': is over 256 KiB.*engine\.env"):
+        parse_spec({OVERSIZED_SPEC_KEY: 1200000})
+
+
 def test_a_leaders_samples_are_bounded_whatever_the_interval() -> None:
     from kimik3_operator.acceptance import MAX_SAMPLES, LeaderWindow, Snapshot
 

@@ -26,6 +26,10 @@ TEMPLATE_HASH_LABEL: Final = f"{GROUP}/template-hash"
 # On the LeaderWorkerSet: the spec whose pods the stable groups run, restored on a rollback.
 STABLE_SPEC_ANNOTATION: Final = f"{GROUP}/stable-spec"
 OPERATOR_NAME: Final = "kimik3-operator"
+# The operator keeps a resource's spec up to this size (the schema bounds it near 100 KiB);
+# a larger one, stored before those bounds, is kept as this key with its size, and refused.
+MAX_SPEC_BYTES: Final = 256 * 1024
+OVERSIZED_SPEC_KEY: Final = "\x00kimik3: oversized spec"
 # Releases before 0.2 ran kopf timers, which made kopf put this finalizer on every resource.
 LEGACY_KOPF_FINALIZER: Final = "kopf.zalando.org/KopfFinalizerMarker"
 

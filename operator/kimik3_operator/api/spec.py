@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Literal, Union, get_args, get_origin
 
+from kimik3_operator.api.constants import MAX_SPEC_BYTES, OVERSIZED_SPEC_KEY
 from kimik3_operator.api.pairing import ResolvedDrafter, resolve_drafter
 
 KimiArchitecture = Literal[
@@ -329,6 +330,14 @@ def parse_spec(data: Mapping[str, Any] | None) -> KimiK3DeploymentSpec:
     Raises SpecError naming the first field whose type or value is wrong, and the
     cross-field rules the schema also states (for resources written before the schema).
     """
+    if isinstance(data, Mapping) and OVERSIZED_SPEC_KEY in data:
+        raise SpecError(
+            "spec",
+            f"{data[OVERSIZED_SPEC_KEY]} bytes",
+            f"is over {MAX_SPEC_BYTES // 1024} KiB, more than the schema lets a spec hold",
+            "shrink spec.engine.env (its values together at most 64 KiB; larger ones in a "
+            "ConfigMap through valueFrom) and spec.engine.extraArgs",
+        )
     spec: KimiK3DeploymentSpec = _parse_dataclass(KimiK3DeploymentSpec, data or {}, "spec")
     validate(spec)
     return spec

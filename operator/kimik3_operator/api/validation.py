@@ -31,6 +31,9 @@ CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\ufffe\uffff]")
 
 # Each leader's samples are kept for the canary's window: its length bounds their number.
 MAX_CANARY_WINDOW_SECONDS = 6 * 3600
+# The CRD's bound on spec.engine.env's values together: what the operator holds per resource.
+MAX_ENV_BYTES = 64 * 1024
+MAX_EXTRA_ARGS_BYTES = 32 * 1024
 
 
 def _strings(value: Any, path: str) -> Iterator[tuple[str, str]]:
@@ -206,6 +209,7 @@ def errors(spec: KimiK3DeploymentSpec) -> list[SpecError]:
             )
         )
     found += _canary_errors(spec)
+    found += _size_errors(spec)
     for path, text in _strings(spec, "spec"):
         if CONTROL.search(text):
             found.append(SpecError(path, text[:80], "contains a control character", "remove it"))
@@ -360,6 +364,32 @@ def _canary_errors(spec: KimiK3DeploymentSpec) -> list[SpecError]:
                 canary.max_acceptance_drop,
                 "must be between 0 and 1",
                 "0.1 lets the canary's acceptance be at most 10% below the stable groups'",
+            )
+        )
+    return found
+
+
+def _size_errors(spec: KimiK3DeploymentSpec) -> list[SpecError]:
+    """The schema's totals, which bound what the operator holds and writes per resource."""
+    found: list[SpecError] = []
+    env = sum(len(str(e.get("value") or "")) for e in spec.engine.env)
+    if env > MAX_ENV_BYTES:
+        found.append(
+            SpecError(
+                "spec.engine.env",
+                f"{env} characters of values",
+                f"the values together are over {MAX_ENV_BYTES // 1024} KiB",
+                "move the large ones into a ConfigMap or Secret and reference them with valueFrom",
+            )
+        )
+    args = sum(len(a) for a in spec.engine.extra_args)
+    if args > MAX_EXTRA_ARGS_BYTES:
+        found.append(
+            SpecError(
+                "spec.engine.extraArgs",
+                f"{args} characters",
+                f"together over {MAX_EXTRA_ARGS_BYTES // 1024} KiB",
+                "put a long setting in a file (a ConfigMap volume) and pass its path",
             )
         )
     return found

@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from typing import Any
+
+ObjectHook = Callable[[dict[str, Any]], Any]
 
 # Far deeper than any Kubernetes object the operator reads (a pod's spec is about 12 levels,
 # its managedFields about 20), far shallower than what exhausts the decoder.
@@ -26,13 +29,17 @@ _QUOTE = ord('"')
 _OPENERS = frozenset(b"[{")
 
 
-def loads(body: bytes | str) -> tuple[Any, bool]:
-    """The decoded body, and whether any part of it was cut at ``MAX_DEPTH``."""
+def loads(body: bytes | str, object_hook: ObjectHook | None = None) -> tuple[Any, bool]:
+    """The decoded body, and whether any part of it was cut at ``MAX_DEPTH``.
+
+    ``object_hook`` sees each JSON object as soon as it is decoded, innermost first: what it
+    returns takes the object's place, so a reader that keeps a few fields of each holds one
+    object's worth at a time, not a page's."""
     try:
-        return json.loads(body), False
+        return json.loads(body, object_hook=object_hook), False
     except RecursionError:
         raw = body.encode() if isinstance(body, str) else body
-        return json.loads(flattened(raw)), True
+        return json.loads(flattened(raw), object_hook=object_hook), True
 
 
 def flattened(body: bytes) -> bytes:

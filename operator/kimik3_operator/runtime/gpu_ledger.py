@@ -99,6 +99,24 @@ def ledger_pod_fields(pod: Mapping[str, Any]) -> Obj:
     }
 
 
+def ledger_pod_hook(found: dict[str, Any]) -> Any:
+    """Trims a pod while it is decoded (decode.loads' object hook), innermost object first:
+    a container to its requests, the pod's spec to its node and containers, its metadata to
+    its identity, its status to its phase. A page of pods with megabytes of env values then
+    holds one container's worth of them at a time. ``ledger_pod_fields`` reads the result."""
+    if "containers" in found:
+        return {"nodeName": found.get("nodeName"), "containers": found["containers"]}
+    if "image" in found and "name" in found:
+        resources = found.get("resources")
+        requests = resources.get("requests") if isinstance(resources, dict) else None
+        return {"resources": {"requests": requests or {}}}
+    if "uid" in found and "creationTimestamp" in found:
+        return {k: found[k] for k in ("name", "namespace", "uid", "resourceVersion") if k in found}
+    if "phase" in found:
+        return {"phase": found["phase"]}
+    return found
+
+
 def ledger_node_fields(node: Mapping[str, Any]) -> Obj:
     meta, spec = node.get("metadata") or {}, node.get("spec") or {}
     return {

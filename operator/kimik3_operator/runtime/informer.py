@@ -59,6 +59,9 @@ class Informer:
     name: str = ""
     # Applied to every object as it arrives, before a page of a list is kept.
     transform: Callable[[Obj], Obj] | None = None
+    # Applied while decoding (decode.loads): trims each JSON object as it is built, so a page
+    # of large objects never exists whole in memory.
+    object_hook: decode.ObjectHook | None = None
     # Objects per list page: what one response may hold at once.
     page: int = PAGE
     # Refused objects: their name, namespace, uid and resourceVersion, nothing else.
@@ -120,7 +123,7 @@ class Informer:
         while True:
             extra = [("limit", str(self.page))] + ([("continue", token)] if token else [])
             response = self._request(self._query(extra), 60)
-            data, cut = decode.loads(response.read() or b"{}")
+            data, cut = decode.loads(response.read() or b"{}", self.object_hook)
             if response.status == 404:
                 raise NotServedError
             if response.status >= 400:
@@ -161,7 +164,7 @@ class Informer:
                 *lines, buffer = buffer.split(b"\n")
                 for line in lines:
                     if line.strip():
-                        event, cut = decode.loads(line)
+                        event, cut = decode.loads(line, self.object_hook)
                         obj = event.get("object") or {}
                         if (cut or self.strict) and decode.rejected(obj):
                             yield REJECTED, obj

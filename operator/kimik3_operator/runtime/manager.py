@@ -26,7 +26,12 @@ from kimik3_operator.handlers.reconcile import Context, reconcile
 from kimik3_operator.handlers.status import Readings
 from kimik3_operator.kube import Kube, KubeError
 from kimik3_operator.runtime import decode
-from kimik3_operator.runtime.gpu_ledger import GpuLedger, ledger_node_fields, ledger_pod_fields
+from kimik3_operator.runtime.gpu_ledger import (
+    GpuLedger,
+    ledger_node_fields,
+    ledger_pod_fields,
+    ledger_pod_hook,
+)
 from kimik3_operator.runtime.informer import Informer, Obj
 from kimik3_operator.runtime.namespaces import NamespaceLabels
 from kimik3_operator.runtime.queue import WorkQueue
@@ -150,10 +155,12 @@ class Manager:
                     on_sync=ledger.pods_listed,
                     on_event=self._gpu_change(ledger.pod_event),
                     transform=ledger_pod_fields,
+                    object_hook=ledger_pod_hook,
                     # Bound pods that still hold their resources.
                     field_selector="spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed",
                     name="pods (GPU ledger)",
-                    # Anyone's pods, up to 1.5 MiB each: a page is held whole until trimmed.
+                    # Anyone's pods, up to 1.5 MiB each: a page's body is held whole (its
+                    # objects are trimmed as they are decoded).
                     page=CHILD_PAGE,
                 )
             )

@@ -16,7 +16,13 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from kimik3_operator.api.constants import KIND, LABEL_INSTANCE
+from kimik3_operator.api.constants import (
+    GROUP,
+    KIND,
+    LABEL_INSTANCE,
+    MAX_SPEC_BYTES,
+    OVERSIZED_SPEC_KEY,
+)
 from kimik3_operator.kube import Kube, Obj
 
 log = logging.getLogger(__name__)
@@ -27,10 +33,17 @@ class NotLeaderError(RuntimeError):
     """A write refused because leadership was lost while a reconcile ran."""
 
 
-# Anyone may label an object as the operator's; an object over this size cannot be one it
-# made (its largest, the download script's ConfigMap, is some 20 KiB), so only its identity
-# is kept. 200 labelled 1 MiB ConfigMaps then cost the operator kilobytes, not 600 MiB.
-MAX_STORED_BYTES = 256 * 1024
+# Anyone may label an object as the operator's, and name their resource as its owner. What
+# the store holds of such objects is bounded three ways: an object the operator did not
+# make (no controller reference to a KimiK3Deployment) keeps only its identity; one over
+# MAX_STORED_BYTES (the largest the operator makes, a LeaderWorkerSet at the schema's
+# limits, is under 400 KiB) keeps only its identity; and the bodies kept per namespace
+# stop at NAMESPACE_BUDGET_BYTES (some 45 deployments at the schema's limits, hundreds of
+# ordinary ones). 1,000 labelled 250 KiB ConfigMaps then cost at most the budget.
+MAX_STORED_BYTES = 512 * 1024
+NAMESPACE_BUDGET_BYTES = 16 * 1024 * 1024
+# A KimiK3Deployment's status over this size (the operator's own is a few KiB) is not kept.
+MAX_STATUS_BYTES = 256 * 1024
 KEPT_METADATA = (
     "name",
     "namespace",
@@ -43,12 +56,77 @@ KEPT_METADATA = (
     "annotations",
     "ownerReferences",
 )
+IDENTITY = ("name", "namespace", "uid", "resourceVersion", "labels", "ownerReferences")
+# Kinds kept apart from the namespace budget: pods keep a bounded part, a KimiK3Deployment
+# its own bounds, a claim the user names carries no owner of ours.
+UNBUDGETED = frozenset({"Pod", KIND, "PersistentVolumeClaim", "CustomResourceDefinition"})
+
+
+def _size(value: Any) -> int:
+    return len(json.dumps(value, separators=(",", ":"), default=str))
+
+
+def controlled_by_resource(obj: Mapping[str, Any]) -> bool:
+    """Whether ``obj`` names a KimiK3Deployment as its controller, as every child the
+    operator makes does (an owner reference is the writer's claim, not proof; the reconcile
+    still checks the uid)."""
+    refs = (obj.get("metadata") or {}).get("ownerReferences") or []
+    return any(
+        isinstance(ref, Mapping) and ref.get("controller") and ref.get("kind") == KIND
+        for ref in refs
+    )
+
+
+def _identity(kind: str, obj: Mapping[str, Any]) -> Obj:
+    meta = obj.get("metadata") or {}
+    return {
+        "apiVersion": obj.get("apiVersion"),
+        "kind": obj.get("kind") or kind,
+        "metadata": {k: meta[k] for k in IDENTITY if k in meta},
+    }
+
+
+def _resource(obj: Mapping[str, Any], kept: Obj) -> Obj:
+    """A KimiK3Deployment as the reconcile reads it: the annotations of the operator's own
+    group (kubectl's last-applied copy of the spec is not one), the spec, and the status
+    when it is of a size the operator writes."""
+    meta = kept["metadata"]
+    own = {k: v for k, v in (meta.get("annotations") or {}).items() if k.startswith(GROUP + "/")}
+    meta.pop("annotations", None)
+    if own:
+        meta["annotations"] = own
+    spec = obj.get("spec")
+    size = _size(spec)
+    if size > MAX_SPEC_BYTES:
+        log.warning(
+            "%s %s/%s: its spec is %d bytes; kept as refused",
+            KIND,
+            meta.get("namespace"),
+            meta.get("name"),
+            size,
+        )
+        spec = {OVERSIZED_SPEC_KEY: size}
+    if spec is not None:
+        kept["spec"] = spec
+    status = obj.get("status")
+    if status is not None and _size(status) <= MAX_STATUS_BYTES:
+        kept["status"] = status
+    elif status is not None:
+        log.warning(
+            "%s %s/%s: its status is over %d bytes (not the operator's): not kept",
+            KIND,
+            meta.get("namespace"),
+            meta.get("name"),
+            MAX_STATUS_BYTES,
+        )
+    return kept
 
 
 def trimmed(kind: str, obj: Mapping[str, Any]) -> Obj:
     """What the store keeps of an object: the metadata the operator reads; of a pod, only
-    the node it is bound to and its status; of anything too large to be the operator's
-    own, only its identity (a reconcile then finds it differs, or is not its own)."""
+    the node it is bound to and its status; of a KimiK3Deployment, its spec and status
+    within their bounds; of anything else not the operator's or too large to be, only its
+    identity (a reconcile then finds it differs, or is not its own)."""
     meta = obj.get("metadata") or {}
     kept: Obj = {
         "apiVersion": obj.get("apiVersion"),
@@ -61,12 +139,12 @@ def trimmed(kind: str, obj: Mapping[str, Any]) -> Obj:
         return kept
     if kind == "CustomResourceDefinition":
         return kept  # only whether it exists matters
-    rest = {k: v for k, v in obj.items() if k not in ("apiVersion", "kind", "metadata")}
     if kind == KIND:
-        # The resource itself is read whole: a stub would read as a default spec.
-        kept.update(rest)
-        return kept
-    if len(json.dumps(rest, separators=(",", ":"))) > MAX_STORED_BYTES:
+        return _resource(obj, kept)
+    if kind != "PersistentVolumeClaim" and not controlled_by_resource(obj):
+        return _identity(kind, obj)
+    rest = {k: v for k, v in obj.items() if k not in ("apiVersion", "kind", "metadata")}
+    if _size(rest) > MAX_STORED_BYTES:
         log.warning(
             "%s %s/%s is over %d bytes: only its identity is kept",
             kind,
@@ -74,8 +152,7 @@ def trimmed(kind: str, obj: Mapping[str, Any]) -> Obj:
             meta.get("name"),
             MAX_STORED_BYTES,
         )
-        kept["metadata"].pop("annotations", None)
-        return kept
+        return _identity(kind, obj)
     kept.update(rest)
     return kept
 
@@ -105,6 +182,10 @@ class Store:
         self._by_kind: dict[str, set[Key]] = defaultdict(set)
         self._by_owner: dict[tuple[str, str, str], set[Key]] = defaultdict(set)
         self._by_node: dict[str, set[Key]] = defaultdict(set)
+        # Bytes of the bodies kept per namespace, and each budgeted object's share of them.
+        self._spent: dict[str, int] = defaultdict(int)
+        self._sizes: dict[Key, int] = {}
+        self._over_budget: set[str] = set()
         self._lock = threading.Lock()
 
     @staticmethod
@@ -120,6 +201,8 @@ class Store:
 
     def _put(self, key: Key, obj: Obj) -> None:
         self._drop(key)
+        if key[0] not in UNBUDGETED:
+            obj = self._within_budget(key, obj)
         self._objects[key] = obj
         self._by_kind[key[0]].add(key)
         owner, node = self._terms(key, obj)
@@ -128,10 +211,42 @@ class Store:
         if node is not None:
             self._by_node[node].add(key)
 
+    def _within_budget(self, key: Key, obj: Obj) -> Obj:
+        """``obj``, or its identity once its namespace's bodies have spent the budget (an
+        identity is always kept, and not counted)."""
+        size = _size(obj)
+        namespace = key[1]
+        if self._spent[namespace] + size > NAMESPACE_BUDGET_BYTES:
+            if namespace not in self._over_budget:
+                self._over_budget.add(namespace)
+                log.warning(
+                    "namespace %s: the objects that claim to be the operator's hold over %d "
+                    "bytes; from %s %s on, only identities are kept there",
+                    namespace,
+                    NAMESPACE_BUDGET_BYTES,
+                    key[0],
+                    key[2],
+                )
+            return _identity(key[0], obj)
+        self._spent[namespace] += size
+        self._sizes[key] = size
+        return obj
+
+    def spent(self, namespace: str) -> int:
+        """Bytes of the budgeted bodies the store holds in ``namespace``."""
+        with self._lock:
+            return self._spent.get(namespace, 0)
+
     def _drop(self, key: Key) -> None:
         old = self._objects.pop(key, None)
         if old is None:
             return
+        size = self._sizes.pop(key, 0)
+        if size:
+            self._spent[key[1]] -= size
+            if self._spent[key[1]] <= 0:
+                del self._spent[key[1]]
+            self._over_budget.discard(key[1])
         self._by_kind[key[0]].discard(key)
         owner, node = self._terms(key, old)
         if owner is not None:
