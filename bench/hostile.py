@@ -12,11 +12,17 @@ answers per pod as a hostile image would:
   the download pod's /progress: [1,2,3], 1e400, 10,000-deep nesting, 50 MiB, in turn
 
 Phase 1 serves every pod as a well-behaved leader; phase 2 turns the hostility on; phase 3
-adds 200 ConfigMaps of 1 MiB each carrying the operator's managed-by label. Printed: the
-operator's RSS after each phase, the gaps between its periodic resyncs (configured 5 s),
-the requests that reached the other port, and, side by side in the same run, what an
-unbounded read (urllib, a timeout per read, redirects followed: the operator's fetch before
-this change) costs for the same answers. Prints figures; asserts nothing.
+fills the tenant's namespace with what the operator might hold in memory, one kind at a time:
+1,000 ConfigMaps of 250 KiB carrying the operator's managed-by label and naming a resource
+as their controller; 200 KimiK3Deployments at the schema's limits (64 KiB of env values,
+32 KiB of extraArgs, a 200 KiB annotation as kubectl's last-applied copy); 200 pods bound to
+GPU nodes with 1 MiB env values (the GPU ledger lists every bound pod), then a restart of the
+operator, which lists all of it again. Printed: the operator's RSS after each step and its
+peak (the chart's limit is 512 MiB), another tenant's reconcile delay (a new resource in
+another namespace until its status is written) beside the same delay in phase 1, the gaps
+between the periodic resyncs (configured 5 s), the requests that reached the other port,
+and, side by side in the same run, what an unbounded read (urllib, a timeout per read,
+redirects followed) costs for the same answers. Prints figures; asserts nothing.
 
     .venv/bin/python bench/hostile.py [--seconds 60]
 """
@@ -24,6 +30,7 @@ this change) costs for the same answers. Prints figures; asserts nothing.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import os
@@ -36,6 +43,9 @@ import textwrap
 import threading
 import time
 import urllib.request
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -44,10 +54,14 @@ sys.path.insert(0, str(ROOT / "operator"))
 from bench.operator_scrape import rss_mib  # noqa: E402 - after the path
 
 from e2e.conftest import tools_bin  # noqa: E402
+from kimik3_operator.api.constants import API_VERSION  # noqa: E402
+from kimik3_operator.kube import ApiKube  # noqa: E402
 from kimik3_operator.runtime.bounded_http import fetch as bounded_fetch  # noqa: E402
 
 KUBECONFIG = ROOT / "e2e" / ".run" / "kubeconfig"
 NAMESPACE = "bench-hostile"
+OTHER = "bench-other"  # another tenant, whose reconcile delay is timed
+NOISE = "bench-hostile-pods"  # pods anyone may run: the GPU ledger lists them
 RESYNC_SECONDS = 5
 KINDS = ("ok", "huge", "big", "drip", "redirect")
 SERVER = textwrap.dedent("""
@@ -218,6 +232,104 @@ def bounded_read(url: str) -> str:
     return f"{time.monotonic() - started:.1f} s, peak RSS +{after - before:.0f} MiB, {outcome}"
 
 
+class RssPeak:
+    """The operator's RSS, sampled every 0.2 s, and its peak since the last ``reset``."""
+
+    def __init__(self) -> None:
+        self.pid = 0
+        self.peak = 0.0
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def reset(self, pid: int) -> None:
+        self.pid, self.peak = pid, 0.0
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(0.2)
+            with contextlib.suppress(OSError, ValueError):
+                if self.pid:
+                    self.peak = max(self.peak, rss_mib(self.pid))
+
+
+def reconcile_delay(api: ApiKube, tag: str) -> float:
+    """Seconds from creating a resource in the other tenant's namespace to its first status."""
+    name = f"probe-{tag}"
+    started = time.monotonic()
+    api.create({**json.loads(deployment(name)), "metadata": {"name": name, "namespace": OTHER}})
+    while time.monotonic() - started < 120:
+        found = api.get(API_VERSION, "KimiK3Deployment", name, OTHER) or {}
+        if (found.get("status") or {}).get("observedGeneration"):
+            return time.monotonic() - started
+        time.sleep(0.02)
+    return float("inf")
+
+
+def at_schema_limits(name: str) -> dict[str, Any]:
+    """A resource as large as the schema lets it be, applied with kubectl's last-applied copy."""
+    body: dict[str, Any] = json.loads(deployment(name))
+    body["spec"]["replicas"] = 0
+    body["spec"]["engine"] = {
+        "env": [{"name": f"E{i}", "value": "e" * 16384} for i in range(4)],
+        "extraArgs": ["x" * 4096 for _ in range(8)],
+    }
+    body["metadata"].update(
+        namespace=NAMESPACE,
+        annotations={"kubectl.kubernetes.io/last-applied-configuration": "#" * 200_000},
+    )
+    return body
+
+
+def claiming_config_map(number: int, owner_uid: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": f"bulk-{number}",
+            "namespace": NAMESPACE,
+            "labels": {"app.kubernetes.io/managed-by": "kimik3-operator"},
+            "ownerReferences": [
+                {
+                    "apiVersion": API_VERSION,
+                    "kind": "KimiK3Deployment",
+                    "name": "ok",
+                    "uid": owner_uid,
+                    "controller": True,
+                }
+            ],
+        },
+        "data": {"blob": "#" * (250 * 1024)},
+    }
+
+
+def bound_pod(number: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"big-env-{number}",
+            "namespace": NOISE,
+            "annotations": {"note": "#" * 200_000},
+        },
+        "spec": {
+            "nodeName": f"gpu-node-{number % 4}",
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "busybox",
+                    "env": [{"name": "BIG", "value": "#" * (1 << 20)}],
+                    "resources": {"requests": {"cpu": "1m"}},
+                }
+            ],
+            "tolerations": [{"operator": "Exists"}],
+        },
+    }
+
+
+def parallel(fn: Callable[[Any], Any], items: list[Any]) -> None:
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(fn, items))
+
+
 def deployment(name: str, cache: bool = False) -> str:
     spec: dict[str, object] = {
         "replicas": 1,
@@ -252,15 +364,21 @@ def main() -> int:
     flag = ROOT / "e2e" / ".run" / "bench-hostile.on"
     flag.unlink(missing_ok=True)
     kubectl(env, "apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "manifests/crd"))
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:  # a previous run's namespace may still be going
-        found = subprocess.run(
-            ["kubectl", "get", "namespace", NAMESPACE], env=env, capture_output=True, check=False
-        )
-        if found.returncode != 0:
-            break
-        time.sleep(2)
-    kubectl(env, "create", "namespace", NAMESPACE)
+    for namespace in (NAMESPACE, OTHER, NOISE):
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:  # a previous run's namespace may still be going
+            found = subprocess.run(
+                ["kubectl", "get", "namespace", namespace],
+                env=env,
+                capture_output=True,
+                check=False,
+            )
+            if found.returncode != 0:
+                break
+            time.sleep(2)
+        kubectl(env, "create", "namespace", namespace)
+    os.environ["KUBECONFIG"] = str(KUBECONFIG)
+    api = ApiKube.from_environment()
     volume = ROOT / "e2e" / ".run" / "volumes" / NAMESPACE
     volume.mkdir(parents=True, exist_ok=True)
     pv = {
@@ -282,23 +400,30 @@ def main() -> int:
     hits = ROOT / "e2e" / ".run" / "bench-hostile.hits"
     hits.write_text("")
     trap = subprocess.Popen([sys.executable, "-c", TRAP, str(trap_port), str(hits)])
-    operator = subprocess.Popen(
-        [sys.executable, "-m", "kimik3_operator", "run"],
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        env={
-            **env,
-            "KIMIK3_NAMESPACES": NAMESPACE,
-            "KIMIK3_METRICS_PORT": str(metrics_port),
-            "KIMIK3_METRICS_ADDRESS": "127.0.0.1",
-            "KIMIK3_HEALTH_ENDPOINT": "http://127.0.0.1:18097/healthz",
-            "KIMIK3_RESYNC_SECONDS": str(RESYNC_SECONDS),
-            "KIMIK3_SCRAPE_SECONDS": "5",
-            "KIMIK3_SCRAPE_URL": f"http://127.0.0.1:{args.port}/metrics/{{pod}}",
-            "KIMIK3_DOWNLOAD_PROGRESS_URL": f"http://127.0.0.1:{args.port}/progress/{{pod}}",
-        },
-    )
+    operator_env = {
+        **env,
+        "KIMIK3_NAMESPACES": f"{NAMESPACE},{OTHER}",
+        "KIMIK3_METRICS_PORT": str(metrics_port),
+        "KIMIK3_METRICS_ADDRESS": "127.0.0.1",
+        "KIMIK3_HEALTH_ENDPOINT": "http://127.0.0.1:18097/healthz",
+        "KIMIK3_RESYNC_SECONDS": str(RESYNC_SECONDS),
+        "KIMIK3_SCRAPE_SECONDS": "5",
+        "KIMIK3_SCRAPE_URL": f"http://127.0.0.1:{args.port}/metrics/{{pod}}",
+        "KIMIK3_DOWNLOAD_PROGRESS_URL": f"http://127.0.0.1:{args.port}/progress/{{pod}}",
+    }
+
+    def start_operator() -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            [sys.executable, "-m", "kimik3_operator", "run"],
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=operator_env,
+        )
+
+    operator = start_operator()
+    rss = RssPeak()
+    rss.reset(operator.pid)
     try:
         for kind in KINDS:
             kubectl(env, "apply", "-n", NAMESPACE, "-f", "-", stdin=deployment(kind))
@@ -324,6 +449,7 @@ def main() -> int:
             f"{watch.gaps_since(calm)}"
         )
 
+        calm_delay = reconcile_delay(api, "calm")
         flag.touch()
         hostile_from = time.monotonic()
         peak = 0.0
@@ -337,23 +463,63 @@ def main() -> int:
             f"{gaps}, longest {max(gaps, default=0):.1f} (configured {RESYNC_SECONDS})"
         )
 
-        before = rss_mib(operator.pid)
-        data = "#" * (1 << 20)
-        for number in range(200):
-            config_map = {
-                "apiVersion": "v1",
-                "kind": "ConfigMap",
-                "metadata": {
-                    "name": f"bulk-{number}",
-                    "labels": {"app.kubernetes.io/managed-by": "kimik3-operator"},
-                },
-                "data": {"blob": data},
-            }
-            kubectl(env, "create", "-n", NAMESPACE, "-f", "-", stdin=json.dumps(config_map))
-        time.sleep(10)
+        hostile_delay = reconcile_delay(api, "hostile")
         print(
-            f"phase 3, 200 labelled 1 MiB ConfigMaps: RSS {before:.0f} -> "
-            f"{rss_mib(operator.pid):.0f} MiB (+{rss_mib(operator.pid) - before:.0f} MiB)"
+            f"another tenant's reconcile delay: {calm_delay:.2f} s before the hostile answers, "
+            f"{hostile_delay:.2f} s during them"
+        )
+
+        owner = api.get(API_VERSION, "KimiK3Deployment", "ok", NAMESPACE) or {}
+        owner_uid = str((owner.get("metadata") or {}).get("uid", ""))
+        steps: list[tuple[str, Callable[[], None]]] = [
+            (
+                "1,000 labelled 250 KiB ConfigMaps naming a resource as controller",
+                lambda: parallel(
+                    lambda n: api.create(claiming_config_map(n, owner_uid)), list(range(1000))
+                ),
+            ),
+            (
+                "200 KimiK3Deployments at the schema's limits",
+                lambda: parallel(
+                    lambda n: api.create(at_schema_limits(f"max-{n}")), list(range(200))
+                ),
+            ),
+            (
+                "200 bound pods with 1 MiB env values",
+                lambda: parallel(lambda n: api.create(bound_pod(n)), list(range(200))),
+            ),
+        ]
+        print(
+            "phase 3, memory (the chart's limit is 512 MiB); "
+            f"RSS now {rss_mib(operator.pid):.0f} MiB"
+        )
+        for number, (what, make) in enumerate(steps):
+            before = rss_mib(operator.pid)
+            rss.reset(operator.pid)
+            make()
+            time.sleep(10)
+            delay = reconcile_delay(api, f"mem-{number}")
+            print(
+                f"  + {what}: RSS {before:.0f} -> {rss_mib(operator.pid):.0f} MiB "
+                f"(peak {rss.peak:.0f}); another tenant's reconcile delay {delay:.2f} s"
+            )
+        oversized = at_schema_limits("over")
+        oversized["spec"]["engine"]["env"] = [{"name": "X", "value": "#" * 30000}] * 40
+        try:
+            api.create(oversized)
+            print("  a resource with 1.2 MB of env values: accepted")
+        except Exception as exc:
+            print(f"  a resource with 1.2 MB of env values: refused ({str(exc)[:120]}...)")
+        operator.terminate()
+        operator.wait(timeout=30)
+        operator = start_operator()
+        rss.reset(operator.pid)
+        delay = reconcile_delay(api, "restart")
+        time.sleep(15)
+        print(
+            f"  restart with all of it present: RSS {rss_mib(operator.pid):.0f} MiB (peak "
+            f"{rss.peak:.0f} during the lists); another tenant's resource, created at the "
+            f"start, reconciled {delay:.2f} s later"
         )
         followed = hits.read_text().count("hit")
         print(f"operator requests that followed a redirect to the other port: {followed}")
@@ -389,7 +555,8 @@ def main() -> int:
         operator.wait(timeout=20)
         server.terminate()
         trap.kill()
-        kubectl(env, "delete", "namespace", NAMESPACE, "--wait=false")
+        for namespace in (NAMESPACE, OTHER, NOISE):
+            kubectl(env, "delete", "namespace", namespace, "--wait=false")
         kubectl(env, "delete", "pv", f"cache-{NAMESPACE}", "--wait=false")
     return 0
 

@@ -61,6 +61,38 @@ def test_an_earlier_due_time_wins() -> None:
     assert queue.get(timeout=0) == "k"
 
 
+def test_a_tenants_burst_does_not_delay_another_tenants_change() -> None:
+    """200 resources applied at once in one namespace, then one change in another: the
+    other tenant's key is handed out second, not 201st; within a namespace, first come
+    first served; the queue's default (one group) stays first come first served."""
+    clock = Clock()
+    queue: WorkQueue[tuple[str, str]] = WorkQueue(delay=0.0, clock=clock, fair_by=lambda k: k[0])
+    for n in range(200):
+        queue.add(("noisy", f"r{n}"))
+    clock.now = 1.0
+    queue.add(("quiet", "mine"))
+    order = [queue.get(timeout=0) for _ in range(201)]
+    assert order[:3] == [("noisy", "r0"), ("quiet", "mine"), ("noisy", "r1")]
+    assert [k for k in order if k and k[0] == "noisy"] == [("noisy", f"r{n}") for n in range(200)]
+    assert queue.get(timeout=0) is None
+    plain: WorkQueue[str] = WorkQueue(delay=0.0, clock=clock)
+    for key in ("a", "b", "c"):
+        plain.add(key)
+        clock.now += 1
+    assert [plain.get(timeout=0) for _ in range(3)] == ["a", "b", "c"]
+
+
+def test_a_key_waiting_its_turn_is_still_coalesced() -> None:
+    clock = Clock()
+    queue: WorkQueue[tuple[str, str]] = WorkQueue(delay=0.0, clock=clock, fair_by=lambda k: k[0])
+    queue.add(("a", "x"))
+    queue.add(("a", "y"))
+    assert queue.get(timeout=0) == ("a", "x")
+    queue.add(("a", "y"))  # due already, waiting for its turn: not added twice
+    assert queue.get(timeout=0) == ("a", "y")
+    assert queue.get(timeout=0) is None
+
+
 def test_close_releases_waiting_workers() -> None:
     queue: WorkQueue[str] = WorkQueue()
     got: list[str | None] = []

@@ -35,6 +35,9 @@ OnRejected = Callable[[Obj], None]
 REJECTED = "REJECTED"
 WATCH_SECONDS = 290  # each watch asks for 290 to 580 s (jittered), as client-go does
 PAGE = 500
+# List pages read and decoded at once, across every informer: at start-up all of them list
+# together, and a page may be megabytes of anyone's objects (trimmed only once decoded).
+LIST_SLOTS = threading.BoundedSemaphore(2)
 BACKOFF_START, BACKOFF_MAX = 0.5, 30.0
 
 
@@ -122,17 +125,19 @@ class Informer:
         token = ""
         while True:
             extra = [("limit", str(self.page))] + ([("continue", token)] if token else [])
-            response = self._request(self._query(extra), 60)
-            data, cut = decode.loads(response.read() or b"{}", self.object_hook)
-            if response.status == 404:
-                raise NotServedError
-            if response.status >= 400:
-                raise OSError(f"list {self.path}: {response.status} {data.get('message', '')}")
-            page = data.pop("items", None) or []
-            if cut or self.strict:
-                page = [obj for obj in page if not self._refused(obj)]
-            items.extend(map(self.transform, page) if self.transform else page)
-            meta = data.get("metadata") or {}
+            with LIST_SLOTS:
+                response = self._request(self._query(extra), 60)
+                data, cut = decode.loads(response.read() or b"{}", self.object_hook)
+                if response.status == 404:
+                    raise NotServedError
+                if response.status >= 400:
+                    raise OSError(f"list {self.path}: {response.status} {data.get('message', '')}")
+                page = data.pop("items", None) or []
+                if cut or self.strict:
+                    page = [obj for obj in page if not self._refused(obj)]
+                items.extend(map(self.transform, page) if self.transform else page)
+                meta = data.get("metadata") or {}
+                del data, page, response
             token = meta.get("continue") or ""
             if not token:
                 return items, str(meta.get("resourceVersion", ""))

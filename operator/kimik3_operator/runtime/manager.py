@@ -89,7 +89,8 @@ class Manager:
     acceptance: AcceptanceReader
     store: Store = field(default_factory=Store)
     ledger: GpuLedger | None = None
-    queue: WorkQueue[Key] = field(default_factory=WorkQueue)
+    # Due resources in turns between namespaces: one tenant's burst delays only its own.
+    queue: WorkQueue[Key] = field(default_factory=lambda: WorkQueue(fair_by=lambda k: k[0]))
     active: threading.Event = field(default_factory=threading.Event)
     informers: list[Informer] = field(default_factory=list)
     progress: ProgressReader = field(default_factory=ProgressReader)

@@ -9,6 +9,10 @@ doubling up to ``retry_max``, reset by ``forget`` on success) and no sooner than
 token bucket allows (``retry_qps``, ``retry_burst``): client-go's default controller rate
 limiter, so one failing resource is retried ever more slowly and a thousand failing at once
 do not flood the API server. The queue reports client-go's workqueue metrics.
+
+Keys that are due are handed out in turns between their groups (``fair_by``: the resource's
+namespace), first come first served within a group: a tenant who applies 200 resources at
+once waits for its own, and another tenant's one change goes next, not 200th.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from __future__ import annotations
 import heapq
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
 
@@ -71,8 +76,13 @@ class WorkQueue(Generic[K]):
         retry_max: float = 300.0,
         retry_qps: float = 10.0,
         retry_burst: int = 100,
+        fair_by: Callable[[K], Hashable] = lambda _key: None,
     ) -> None:
         self.delay = delay
+        self._group_of = fair_by
+        # Due keys, per group in the order they fell due, and the groups' turns.
+        self._ready: dict[Hashable, deque[tuple[float, K]]] = {}
+        self._turns: deque[Hashable] = deque()
         self.retry_base = retry_base
         self.retry_max = retry_max
         self._bucket = TokenBucket(retry_qps, retry_burst, clock)
@@ -136,22 +146,48 @@ class WorkQueue(Generic[K]):
             spans = [now - t for t in self._started.values()]
         return sum(spans), max(spans, default=0.0)
 
+    def _promote(self, now: float) -> None:
+        """Moves the keys that are due from the heap into their groups' turns."""
+        while self._heap and self._heap[0][0] <= now:
+            due, _, key = heapq.heappop(self._heap)
+            if self._waiting.get(key) != due:
+                continue  # superseded by an earlier due time
+            group = self._group_of(key)
+            if group not in self._ready:
+                self._ready[group] = deque()
+                self._turns.append(group)
+            self._ready[group].append((due, key))
+
+    def _next_ready(self) -> tuple[float, K] | None:
+        while self._turns:
+            group = self._turns.popleft()
+            keys = self._ready[group]
+            due, key = keys.popleft()
+            if keys:
+                self._turns.append(group)  # its next key waits for the other groups' turns
+            else:
+                del self._ready[group]
+            return due, key
+        return None
+
     def get(self, timeout: float | None = None) -> K | None:
         """The next due key, or None when closed or after ``timeout`` seconds."""
         deadline = None if timeout is None else self._clock() + timeout
         with self._cond:
             while not self._closed:
                 now = self._clock()
-                while self._heap and self._waiting.get(self._heap[0][2]) != self._heap[0][0]:
-                    heapq.heappop(self._heap)  # superseded by an earlier due time
-                if self._heap and self._heap[0][0] <= now:
-                    due, _, key = heapq.heappop(self._heap)
+                self._promote(now)
+                ready = self._next_ready()
+                if ready is not None:
+                    due, key = ready
                     del self._waiting[key]
                     self._active.add(key)
                     self._started[key] = now
                     DEPTH.set(len(self._waiting))
                     QUEUE_SECONDS.observe(max(0.0, now - due))
                     return key
+                while self._heap and self._waiting.get(self._heap[0][2]) != self._heap[0][0]:
+                    heapq.heappop(self._heap)  # superseded by an earlier due time
                 wait = self._heap[0][0] - now if self._heap else None
                 if deadline is not None:
                     left = deadline - now
