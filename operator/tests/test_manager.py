@@ -320,6 +320,19 @@ def test_a_namespace_holds_bodies_up_to_its_budget_and_no_more() -> None:
     assert "data" in (store.get("ConfigMap", "a", "later") or {})
 
 
+def test_a_list_holds_no_more_than_the_budget_before_the_store_takes_it() -> None:
+    """At start-up the 1,000 ConfigMaps arrive in one list: its transform spends the
+    namespace budget as the pages arrive, each list afresh."""
+    from kimik3_operator.runtime.store import NAMESPACE_BUDGET_BYTES, list_budget
+
+    for _ in range(2):
+        keep = list_budget("ConfigMap")
+        items = [keep(config_map(f"m{n}", 250 * 1024)) for n in range(1000)]
+        held = sum(len(json.dumps(o)) for o in items)
+        assert NAMESPACE_BUDGET_BYTES - 300 * 1024 < held < NAMESPACE_BUDGET_BYTES + 1000 * 300
+        assert all(o["metadata"]["name"] == f"m{n}" for n, o in enumerate(items))
+
+
 def test_a_failing_key_backs_off_exponentially_and_a_success_resets_it() -> None:
     clock = Clock()
     queue: WorkQueue[str] = WorkQueue(delay=0.0, clock=clock, retry_base=0.01, retry_max=1.0)

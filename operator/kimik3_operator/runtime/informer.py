@@ -62,6 +62,9 @@ class Informer:
     name: str = ""
     # Applied to every object as it arrives, before a page of a list is kept.
     transform: Callable[[Obj], Obj] | None = None
+    # Makes the transform of one list, in place of ``transform``: one that keeps a state
+    # across the list's pages (a byte budget), so a list never holds more than it allows.
+    list_transform: Callable[[], Callable[[Obj], Obj]] | None = None
     # Applied while decoding (decode.loads): trims each JSON object as it is built, so a page
     # of large objects never exists whole in memory.
     object_hook: decode.ObjectHook | None = None
@@ -123,6 +126,7 @@ class Informer:
     def _list(self) -> tuple[list[Obj], str]:
         items: list[Obj] = []
         token = ""
+        transform = self.list_transform() if self.list_transform else self.transform
         while True:
             extra = [("limit", str(self.page))] + ([("continue", token)] if token else [])
             with LIST_SLOTS:
@@ -135,7 +139,7 @@ class Informer:
                 page = data.pop("items", None) or []
                 if cut or self.strict:
                     page = [obj for obj in page if not self._refused(obj)]
-                items.extend(map(self.transform, page) if self.transform else page)
+                items.extend(map(transform, page) if transform else page)
                 meta = data.get("metadata") or {}
                 del data, page, response
             token = meta.get("continue") or ""

@@ -37,7 +37,7 @@ from kimik3_operator.runtime.namespaces import NamespaceLabels
 from kimik3_operator.runtime.queue import WorkQueue
 from kimik3_operator.runtime.readers import AcceptanceReader, ProgressReader
 from kimik3_operator.runtime.scrapes import FairScrapes
-from kimik3_operator.runtime.store import Store, StoreKube, trimmed
+from kimik3_operator.runtime.store import Store, StoreKube, list_budget, trimmed
 
 log = logging.getLogger(__name__)
 Key = tuple[str, str]
@@ -209,6 +209,7 @@ class Manager:
             label_selector=selector,
             name=f"{plural} in {namespace or 'all namespaces'}",
             transform=partial(trimmed, kind),
+            list_transform=partial(list_budget, kind),
             # The label is anyone's to set: a page of objects up to 1.5 MiB each stays small.
             page=CHILD_PAGE,
             on_rejected=partial(self.rejected, kind),

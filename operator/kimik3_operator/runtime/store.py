@@ -157,6 +157,26 @@ def trimmed(kind: str, obj: Mapping[str, Any]) -> Obj:
     return kept
 
 
+def list_budget(kind: str) -> Callable[[Mapping[str, Any]], Obj]:
+    """``trimmed`` for one list of ``kind``, with the namespace budget applied as the pages
+    arrive: a list of 1,000 large labelled objects holds the budget's worth of bodies, not
+    all of them until the store takes them."""
+    spent: dict[str, int] = defaultdict(int)
+
+    def keep(obj: Mapping[str, Any]) -> Obj:
+        kept = trimmed(kind, obj)
+        if kind in UNBUDGETED:
+            return kept
+        namespace = str((kept.get("metadata") or {}).get("namespace") or "")
+        size = _size(kept)
+        if spent[namespace] + size > NAMESPACE_BUDGET_BYTES:
+            return _identity(kind, kept)
+        spent[namespace] += size
+        return kept
+
+    return keep
+
+
 def parse_selector(selector: str) -> dict[str, str]:
     """Equality label selectors (``a=b,c=d``), the only kind the operator writes."""
     pairs: dict[str, str] = {}
