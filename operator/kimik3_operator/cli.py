@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import pathlib
 import sys
 from collections.abc import Sequence
@@ -158,13 +160,38 @@ def _current_namespace() -> str:
     return namespace
 
 
+def _refuse_to_start(message: str) -> int:
+    """A setting or credential the operator cannot run with: said on stderr and in the
+    container's termination message (what `kubectl describe pod` shows), exit 2."""
+    text = f"kimik3 run: {message}"
+    print(text, file=sys.stderr)
+    if os.path.exists("/dev/termination-log"):
+        with contextlib.suppress(OSError), open("/dev/termination-log", "w") as log:
+            log.write(text)
+    return 2
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
+    from kimik3_operator.config import Settings, SettingsError
+
+    try:
+        settings = Settings.from_env()
+    except SettingsError as exc:
+        return _refuse_to_start(str(exc))
+    try:
+        from kimik3_operator.kube import ApiKube
+
+        ApiKube.from_environment()
+    except Exception as exc:  # no service account, no kubeconfig, a kubeconfig that is not one
+        return _refuse_to_start(
+            f"no way to reach the API server: {type(exc).__name__}: {exc} (in a pod: its "
+            "ServiceAccount token; outside: KUBECONFIG or ~/.kube/config)"
+        )
+
     import kopf
 
-    from kimik3_operator.config import Settings
     from kimik3_operator.handlers import kopf_handlers  # noqa: F401 - registers handlers
 
-    settings = Settings.from_env()
     kopf.configure(verbose=args.verbose)
     kopf.run(
         clusterwide=not settings.namespaces,

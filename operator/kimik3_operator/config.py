@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
+import re
 import socket
+import urllib.parse
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -41,36 +44,130 @@ class Settings:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        """The settings, each checked: a bad one raises SettingsError naming the variable,
+        its value and what it takes (the operator then exits, and its pod says why)."""
         env = os.environ if env is None else env
+        read = _Reader(env)
         namespaces = tuple(
             n.strip() for n in env.get("KIMIK3_NAMESPACES", "").split(",") if n.strip()
         )
+        for namespace in namespaces:
+            if not DNS_LABEL.match(namespace):
+                raise SettingsError(
+                    "KIMIK3_NAMESPACES",
+                    env.get("KIMIK3_NAMESPACES", ""),
+                    f"{namespace!r} is not a namespace name (a DNS label)",
+                )
+        lease_namespace = env.get("KIMIK3_LEASE_NAMESPACE") or cls.lease_namespace
+        if not DNS_LABEL.match(lease_namespace):
+            raise SettingsError(
+                "KIMIK3_LEASE_NAMESPACE", lease_namespace, "is not a namespace name"
+            )
         return cls(
             namespaces=namespaces,
-            resync_seconds=float(env.get("KIMIK3_RESYNC_SECONDS", cls.resync_seconds)),
-            health_endpoint=env.get("KIMIK3_HEALTH_ENDPOINT", cls.health_endpoint),
-            metrics_port=int(env.get("KIMIK3_METRICS_PORT", cls.metrics_port)),
-            metrics_address=env.get("KIMIK3_METRICS_ADDRESS", cls.metrics_address),
-            scrape_seconds=float(env.get("KIMIK3_SCRAPE_SECONDS", cls.scrape_seconds)),
-            acceptance_window_seconds=float(
-                env.get("KIMIK3_ACCEPTANCE_WINDOW_SECONDS", cls.acceptance_window_seconds)
+            resync_seconds=read.number("KIMIK3_RESYNC_SECONDS", cls.resync_seconds, 0.1, 86400),
+            health_endpoint=read.url("KIMIK3_HEALTH_ENDPOINT", cls.health_endpoint, port=True),
+            metrics_port=int(read.number("KIMIK3_METRICS_PORT", cls.metrics_port, 0, 65535, 1)),
+            metrics_address=read.address("KIMIK3_METRICS_ADDRESS", cls.metrics_address),
+            scrape_seconds=read.number("KIMIK3_SCRAPE_SECONDS", cls.scrape_seconds, 0.1, 3600),
+            acceptance_window_seconds=read.number(
+                "KIMIK3_ACCEPTANCE_WINDOW_SECONDS", cls.acceptance_window_seconds, 1, 21600
             ),
-            scrape_url=env.get("KIMIK3_SCRAPE_URL", cls.scrape_url),
-            download_progress_url=env.get(
+            scrape_url=read.url("KIMIK3_SCRAPE_URL", cls.scrape_url),
+            download_progress_url=read.url(
                 "KIMIK3_DOWNLOAD_PROGRESS_URL", cls.download_progress_url
             ),
-            gpu_inventory=_flag(env.get("KIMIK3_GPU_INVENTORY"), cls.gpu_inventory),
-            workers=int(env.get("KIMIK3_WORKERS", cls.workers)),
-            coalesce_seconds=float(env.get("KIMIK3_COALESCE_SECONDS", cls.coalesce_seconds)),
-            retry_max_seconds=float(env.get("KIMIK3_RETRY_MAX_SECONDS", cls.retry_max_seconds)),
-            lease_name=env.get("KIMIK3_LEASE_NAME", cls.lease_name),
-            lease_namespace=env.get("KIMIK3_LEASE_NAMESPACE") or cls.lease_namespace,
-            lease_seconds=float(env.get("KIMIK3_LEASE_SECONDS", cls.lease_seconds)),
+            gpu_inventory=read.flag("KIMIK3_GPU_INVENTORY", cls.gpu_inventory),
+            workers=int(read.number("KIMIK3_WORKERS", cls.workers, 1, 256, 1)),
+            coalesce_seconds=read.number("KIMIK3_COALESCE_SECONDS", cls.coalesce_seconds, 0, 60),
+            retry_max_seconds=read.number(
+                "KIMIK3_RETRY_MAX_SECONDS", cls.retry_max_seconds, 0.01, 86400
+            ),
+            lease_name=read.name("KIMIK3_LEASE_NAME", cls.lease_name),
+            lease_namespace=lease_namespace,
+            lease_seconds=read.number("KIMIK3_LEASE_SECONDS", cls.lease_seconds, 1, 3600),
             identity=env.get("POD_NAME") or f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}",
         )
 
 
-def _flag(value: str | None, default: bool) -> bool:
-    if value is None or value == "":
-        return default
-    return value.strip().lower() in ("1", "true", "yes", "on")
+class SettingsError(ValueError):
+    """A setting the operator cannot run with: names the variable, the value, what it takes."""
+
+    def __init__(self, name: str, value: str, problem: str) -> None:
+        self.name = name
+        super().__init__(f"{name}={value!r}: {problem}")
+
+
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+FLAGS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False,
+         "no": False, "off": False}  # fmt: skip
+
+
+class _Reader:
+    """Reads one kind of value each, raising SettingsError with the variable's name."""
+
+    def __init__(self, env: Mapping[str, str]) -> None:
+        self.env = env
+
+    def _raw(self, name: str) -> str | None:
+        value = self.env.get(name)
+        return None if value is None or value.strip() == "" else value.strip()
+
+    def number(self, name: str, default: float, low: float, high: float, step: int = 0) -> float:
+        raw = self._raw(name)
+        if raw is None:
+            return default
+        kind = "a whole number" if step else "a number"
+        try:
+            value = int(raw) if step else float(raw)
+        except ValueError:
+            raise SettingsError(name, raw, f"is not {kind} ({low:g} to {high:g})") from None
+        if not low <= value <= high:  # NaN too
+            raise SettingsError(name, raw, f"is out of range: {kind} from {low:g} to {high:g}")
+        return float(value)
+
+    def flag(self, name: str, default: bool) -> bool:
+        raw = self._raw(name)
+        if raw is None:
+            return default
+        if raw.lower() not in FLAGS:
+            raise SettingsError(name, raw, "is not true or false")
+        return FLAGS[raw.lower()]
+
+    def url(self, name: str, default: str, port: bool = False) -> str:
+        raw = self._raw(name)
+        if raw is None:
+            return default
+        parsed = urllib.parse.urlsplit(raw.replace("{pod}", "p").replace("{namespace}", "n"))
+        if parsed.scheme != "http" or not parsed.hostname:
+            raise SettingsError(name, raw, "is not an http:// URL with a host")
+        try:
+            given = parsed.port
+        except ValueError:
+            raise SettingsError(name, raw, "has a port out of range (1 to 65535)") from None
+        if port and not given:
+            raise SettingsError(
+                name, raw, "names no port to listen on (http://0.0.0.0:8080/healthz)"
+            )
+        return raw
+
+    def address(self, name: str, default: str) -> str:
+        raw = self._raw(name)
+        if raw is None:
+            return default
+        try:
+            ipaddress.ip_address(raw)
+        except ValueError:
+            raise SettingsError(
+                name, raw, "is not an IP address (0.0.0.0 listens on all)"
+            ) from None
+        return raw
+
+    def name(self, name: str, default: str) -> str:
+        raw = self._raw(name)
+        if raw is None:
+            return default
+        if not DNS_SUBDOMAIN.match(raw):
+            raise SettingsError(name, raw, "is not an object name (a DNS subdomain)")
+        return raw

@@ -1,0 +1,92 @@
+"""A bad operator setting stops the operator at once, naming the variable, the value and what
+it takes: its pod goes to CrashLoopBackOff with the reason, never Running while it retries."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from kimik3_operator.config import Settings, SettingsError
+
+OPERATOR = pathlib.Path(__file__).resolve().parents[1]
+
+BAD = [
+    ("KIMIK3_RESYNC_SECONDS", "abc", "is not a number"),
+    ("KIMIK3_RESYNC_SECONDS", "0", "out of range"),
+    ("KIMIK3_RESYNC_SECONDS", "nan", "out of range"),
+    ("KIMIK3_METRICS_PORT", "70000", "out of range: a whole number from 0 to 65535"),
+    ("KIMIK3_METRICS_PORT", "8081.5", "is not a whole number"),
+    ("KIMIK3_WORKERS", "0", "out of range"),
+    ("KIMIK3_GPU_INVENTORY", "maybe", "is not true or false"),
+    ("KIMIK3_HEALTH_ENDPOINT", "0.0.0.0:8080", "is not an http:// URL"),
+    ("KIMIK3_HEALTH_ENDPOINT", "http://0.0.0.0/healthz", "names no port"),
+    ("KIMIK3_HEALTH_ENDPOINT", "http://0.0.0.0:99999/healthz", "port out of range"),
+    ("KIMIK3_METRICS_ADDRESS", "everywhere", "is not an IP address"),
+    ("KIMIK3_NAMESPACES", "team-a,Team_B", "is not a namespace name"),
+    ("KIMIK3_LEASE_NAMESPACE", "kube system", "is not a namespace name"),
+    ("KIMIK3_LEASE_NAME", "Operator!", "is not an object name"),
+    ("KIMIK3_SCRAPE_URL", "file:///etc/passwd", "is not an http:// URL"),
+]
+
+
+@pytest.mark.parametrize(("name", "value", "problem"), BAD, ids=[f"{b[0]}={b[1]}" for b in BAD])
+def test_a_bad_setting_is_named_with_its_value_and_what_it_takes(
+    name: str, value: str, problem: str
+) -> None:
+    with pytest.raises(SettingsError, match=problem) as raised:
+        Settings.from_env({name: value})
+    assert str(raised.value).startswith(f"{name}={value!r}:")
+
+
+def test_the_defaults_and_the_values_the_chart_and_tests_use_are_taken() -> None:
+    assert Settings.from_env({}).resync_seconds == 30.0
+    settings = Settings.from_env(
+        {
+            "KIMIK3_NAMESPACES": "team-a, team-b",
+            "KIMIK3_RESYNC_SECONDS": "5",
+            "KIMIK3_HEALTH_ENDPOINT": "http://0.0.0.0:8080/healthz",
+            "KIMIK3_METRICS_PORT": "0",
+            "KIMIK3_GPU_INVENTORY": "False",
+            "KIMIK3_SCRAPE_URL": "http://127.0.0.1:9/{namespace}/{pod}",
+            "KIMIK3_LEASE_NAME": "kimik3-operator",
+            "KIMIK3_LEASE_SECONDS": "12",
+            "KIMIK3_ACCEPTANCE_WINDOW_SECONDS": "5",
+            "KIMIK3_WORKERS": "",
+        }
+    )
+    assert settings.namespaces == ("team-a", "team-b")
+    assert (settings.metrics_port, settings.gpu_inventory, settings.workers) == (0, False, 8)
+
+
+def run_operator(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "kimik3_operator", "run"],
+        env={
+            "PATH": os.environ["PATH"],
+            "PYTHONPATH": str(OPERATOR),
+            "HOME": "/nonexistent",
+            **env,
+        },
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_the_operator_exits_at_once_on_a_bad_setting_without_a_traceback() -> None:
+    done = run_operator({"KIMIK3_RESYNC_SECONDS": "abc", "KUBECONFIG": "/nonexistent"})
+    assert done.returncode == 2
+    assert "kimik3 run: KIMIK3_RESYNC_SECONDS='abc': is not a number" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_the_operator_exits_at_once_when_it_cannot_reach_any_api_server() -> None:
+    done = run_operator({"KUBECONFIG": "/nonexistent/kubeconfig"})
+    assert done.returncode == 2
+    assert "kimik3 run: no way to reach the API server" in done.stderr
+    assert "KUBECONFIG" in done.stderr and "Traceback" not in done.stderr
