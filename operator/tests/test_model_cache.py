@@ -267,6 +267,32 @@ def test_a_failed_download_names_the_file() -> None:
     assert pull.phase == "Failed" and "cannot pull" in pull.message
 
 
+def test_a_failed_download_is_degraded_unless_an_earlier_problem_holds_it() -> None:
+    """Terminal until someone acts: Degraded=True with the download's reason, so the
+    Degraded alert fires; a problem already reported keeps its place."""
+    from kimik3_operator.api.constants import ConditionType
+    from kimik3_operator.conditions import Condition
+    from kimik3_operator.observe import Observation
+    from kimik3_operator.weights.state import with_model_cache
+
+    failed = _state(
+        job={"status": {"conditions": [{"type": "Failed", "status": "True"}]}},
+        pods=[_pod("p1", phase="Failed", **_terminated({"phase": "Failed", "problems": ["x"]}, 1))],
+    )
+    calm = Condition(ConditionType.DEGRADED, "False", Reason.AS_EXPECTED, "no pod problems seen")
+    seen = with_model_cache(Observation(0, (calm,), Reason.AS_EXPECTED), failed)
+    degraded = [c for c in seen.conditions if c.type == ConditionType.DEGRADED]
+    assert [(c.status, c.reason) for c in degraded] == [("True", "DownloadFailed")]
+    assert degraded[0].message.startswith("the model download failed: ")
+    earlier = Condition(ConditionType.DEGRADED, "True", "NameConflict", "someone's Service")
+    kept = with_model_cache(Observation(0, (earlier,), Reason.AS_EXPECTED), failed)
+    assert [c for c in kept.conditions if c.type == ConditionType.DEGRADED] == [earlier]
+    running = with_model_cache(
+        Observation(0, (calm,), Reason.AS_EXPECTED), _state(pods=[_pod("p")])
+    )
+    assert [c for c in running.conditions if c.type == ConditionType.DEGRADED] == [calm]
+
+
 def test_progress_text_and_section_keep_the_readers_numbers() -> None:
     assert progress_text("Downloading", 410, 1000) == "Downloading 41% of 1.0 kB"
     assert progress_text("Ready", 1_700_000_000_000, 1_700_000_000_000) == "Ready 1.7 TB"

@@ -291,6 +291,23 @@ def cache_condition(cache: CacheState) -> Condition:
     return Condition(ConditionType.MODEL_CACHED, status, cache.reason, cache.message)
 
 
+def with_failed_download(conditions: list[Condition], cache: CacheState) -> list[Condition]:
+    """A failed download is terminal until someone acts: Degraded says so (and alerts),
+    unless an earlier problem already holds it."""
+    failed = Condition(
+        ConditionType.DEGRADED,
+        "True",
+        cache.reason,
+        f"the model download failed: {cache.message}",
+    )
+    found = [c_ for c_ in conditions if c_.type == ConditionType.DEGRADED]
+    if found and found[0].status == "True":
+        return conditions
+    if not found:
+        return [*conditions, failed]
+    return [failed if c_.type == ConditionType.DEGRADED else c_ for c_ in conditions]
+
+
 def human_bytes(amount: float) -> str:
     for unit in ("B", "kB", "MB", "GB", "TB"):
         if abs(amount) < 1000 or unit == "TB":
@@ -424,6 +441,8 @@ def with_model_cache(
             f"({cache.phase}): {cache.message}",
         )
         conditions = [waiting if c_.type == ConditionType.PROGRESSING else c_ for c_ in conditions]
+        if cache.phase == "Failed":
+            conditions = with_failed_download(conditions, cache)
         if observation.ready_replicas == 0:
             summary = Reason.WAITING_FOR_MODEL_CACHE if cache.phase != "Failed" else cache.reason
     return Observation(observation.ready_replicas, tuple(conditions), summary, observation.problems)
