@@ -39,6 +39,10 @@ class Settings:
     coalesce_seconds: float = 0.1  # events for one resource within this become one reconcile
     # A failed reconcile is retried after 10 ms, doubling each time, up to this.
     retry_max_seconds: float = 300.0
+    # Labels on every PodMonitor the operator makes, for a Prometheus that selects monitors
+    # by label (kube-prometheus-stack: release=<its release name>). KIMIK3_PODMONITOR_LABELS
+    # is k=v,k=v.
+    pod_monitor_labels: tuple[tuple[str, str], ...] = ()
     # Test clusters without GPUs only: a --speculative-config (JSON) used verbatim for
     # resources whose preflight is Disabled, so vLLM's CPU build can run a method it has.
 
@@ -83,6 +87,7 @@ class Settings:
             retry_max_seconds=read.number(
                 "KIMIK3_RETRY_MAX_SECONDS", cls.retry_max_seconds, 0.01, 86400
             ),
+            pod_monitor_labels=read.labels("KIMIK3_PODMONITOR_LABELS"),
             lease_name=read.name("KIMIK3_LEASE_NAME", cls.lease_name),
             lease_namespace=lease_namespace,
             lease_seconds=read.number("KIMIK3_LEASE_SECONDS", cls.lease_seconds, 1, 3600),
@@ -100,6 +105,10 @@ class SettingsError(ValueError):
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+LABEL_KEY = re.compile(
+    r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
+LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
 FLAGS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False,
          "no": False, "off": False}  # fmt: skip
 
@@ -163,6 +172,21 @@ class _Reader:
                 name, raw, "is not an IP address (0.0.0.0 listens on all)"
             ) from None
         return raw
+
+    def labels(self, name: str) -> tuple[tuple[str, str], ...]:
+        raw = self._raw(name)
+        if raw is None:
+            return ()
+        found: list[tuple[str, str]] = []
+        for term in filter(None, (t.strip() for t in raw.split(","))):
+            key, equals, value = term.partition("=")
+            key, value = key.strip(), value.strip()
+            if not equals or not LABEL_KEY.match(key) or not LABEL_VALUE.match(value):
+                raise SettingsError(
+                    name, raw, f"{term!r} is not a label (key=value, as Kubernetes spells them)"
+                )
+            found.append((key, value))
+        return tuple(found)
 
     def name(self, name: str, default: str) -> str:
         raw = self._raw(name)

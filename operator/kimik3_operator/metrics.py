@@ -47,7 +47,30 @@ ROLLOUT_ACCEPTANCE = Gauge(
     "Acceptance over the canary's window, of the canary groups and of the stable groups",
     ["namespace", "name", "track"],
 )
+LEADING = Gauge(
+    "kimik3_leading",
+    "1 while this replica reconciles: it holds the Lease, or runs standalone; 0 on standby",
+)
+REPLICAS = Gauge(
+    "kimik3_deployment_replicas", "Groups asked for (spec.replicas)", ["namespace", "name"]
+)
+READY_REPLICAS = Gauge(
+    "kimik3_deployment_ready_replicas",
+    "Groups whose every pod is Ready (status.readyReplicas)",
+    ["namespace", "name"],
+)
+STARTUP_PHASE = Gauge(
+    "kimik3_deployment_startup_phase",
+    "1 for the start-up phase the deployment is in (status.startup.phase)",
+    ["namespace", "name", "phase"],
+)
+CACHE_BYTES = Gauge(
+    "kimik3_model_cache_bytes",
+    "The model cache's download: bytes done and bytes in all (status.modelCache)",
+    ["namespace", "name", "kind"],
+)
 _last_reason: dict[tuple[str, str, str], tuple[str, str]] = {}
+_last_phase: dict[tuple[str, str], str] = {}
 
 
 def record_conditions(namespace: str, name: str, conditions: Iterable[Condition]) -> None:
@@ -64,6 +87,29 @@ def record_conditions(namespace: str, name: str, conditions: Iterable[Condition]
         _last_reason[key] = current
 
 
+def record_status(namespace: str, name: str, status: Mapping[str, object]) -> None:
+    """Groups asked for and ready, the start-up phase and the download's bytes, as the
+    status says them: what dashboards and alerts read without parsing the status."""
+    for gauge, field in ((REPLICAS, "replicas"), (READY_REPLICAS, "readyReplicas")):
+        value = status.get(field)
+        if isinstance(value, int):
+            gauge.labels(namespace, name).set(value)
+    startup = status.get("startup")
+    phase = startup.get("phase") if isinstance(startup, Mapping) else None
+    previous = _last_phase.get((namespace, name))
+    if isinstance(phase, str) and phase != previous:
+        if previous is not None:
+            STARTUP_PHASE.remove(namespace, name, previous)
+        STARTUP_PHASE.labels(namespace, name, phase).set(1)
+        _last_phase[(namespace, name)] = phase
+    cache = status.get("modelCache")
+    if isinstance(cache, Mapping):
+        for kind, field in (("done", "bytesDone"), ("total", "bytesTotal")):
+            value = cache.get(field)
+            if isinstance(value, int | float):
+                CACHE_BYTES.labels(namespace, name, kind).set(value)
+
+
 def record_rollout(namespace: str, name: str, tracks: Mapping[str, float]) -> None:
     """The canary's and the stable groups' acceptance while a canary is judged."""
     for track in ("canary", "stable"):
@@ -77,9 +123,16 @@ def known() -> set[tuple[str, str]]:
 
 
 def forget(namespace: str, name: str) -> None:
-    for gauge in (ACCEPTANCE, MIN_ACCEPTANCE):
+    for gauge in (ACCEPTANCE, MIN_ACCEPTANCE, REPLICAS, READY_REPLICAS):
         with contextlib.suppress(KeyError):
             gauge.remove(namespace, name)
+    for kind in ("done", "total"):
+        with contextlib.suppress(KeyError):
+            CACHE_BYTES.remove(namespace, name, kind)
+    phase = _last_phase.pop((namespace, name), None)
+    if phase is not None:
+        with contextlib.suppress(KeyError):
+            STARTUP_PHASE.remove(namespace, name, phase)
     for track in ("canary", "stable"):
         with contextlib.suppress(KeyError):
             ROLLOUT_ACCEPTANCE.remove(namespace, name, track)

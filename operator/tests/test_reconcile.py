@@ -136,6 +136,42 @@ def test_turning_the_pod_monitor_off_deletes_it(kube: FakeKube) -> None:
     assert result.deleted == ["PodMonitor/k3"]
 
 
+def test_the_pod_monitor_carries_the_operators_labels_for_a_selecting_prometheus(
+    kube: FakeKube,
+) -> None:
+    """kube-prometheus-stack selects monitors by release=<name>: the operator's setting puts
+    that label on every PodMonitor, without replacing the labels it finds its children by;
+    a reconcile that changes nothing writes nothing afterwards."""
+    body = stored(kube, resource())
+    labels = {"release": "kube-prometheus-stack", "app.kubernetes.io/instance": "not-k3"}
+    context = Context(clock=clock, pod_monitor_labels=labels)
+    reconcile(kube, key_of(body), context)
+    monitor = kube.get("monitoring.coreos.com/v1", "PodMonitor", "k3", "llm")
+    assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    assert monitor["metadata"]["labels"]["app.kubernetes.io/instance"] == "k3"
+    again = reconcile(kube, key_of(body), context)
+    assert again.applied == [] and not again.status_written
+
+
+def test_groups_asked_for_ready_and_the_start_up_phase_are_metrics(kube: FakeKube) -> None:
+    """What dashboards and alerts read without parsing the status; gone with the resource."""
+    from prometheus_client import REGISTRY
+
+    from kimik3_operator import metrics
+
+    body = stored(kube, resource())
+    reconcile(kube, key_of(body), Context(clock=clock))
+    status = kube.get("serving.kimik3.io/v1alpha1", "KimiK3Deployment", "k3", "llm")["status"]
+    labels = {"namespace": "llm", "name": "k3"}
+    assert REGISTRY.get_sample_value("kimik3_deployment_replicas", labels) == status["replicas"]
+    assert REGISTRY.get_sample_value("kimik3_deployment_ready_replicas", labels) == 0
+    phase = {**labels, "phase": status["startup"]["phase"]}
+    assert REGISTRY.get_sample_value("kimik3_deployment_startup_phase", phase) == 1
+    metrics.forget("llm", "k3")
+    assert REGISTRY.get_sample_value("kimik3_deployment_replicas", labels) is None
+    assert REGISTRY.get_sample_value("kimik3_deployment_startup_phase", phase) is None
+
+
 def test_subset_tolerates_server_defaults_and_quantity_strings() -> None:
     desired = {"a": {"gpu": 8, "list": [{"x": 1}]}, "flag": True}
     live = {"a": {"gpu": "8", "list": [{"x": 1, "default": "y"}], "extra": 1}, "flag": True}

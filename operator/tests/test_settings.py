@@ -30,6 +30,8 @@ BAD = [
     ("KIMIK3_LEASE_NAMESPACE", "kube system", "is not a namespace name"),
     ("KIMIK3_LEASE_NAME", "Operator!", "is not an object name"),
     ("KIMIK3_SCRAPE_URL", "file:///etc/passwd", "is not an http:// URL"),
+    ("KIMIK3_PODMONITOR_LABELS", "release", "'release' is not a label"),
+    ("KIMIK3_PODMONITOR_LABELS", "release=a b", "is not a label"),
 ]
 
 
@@ -56,7 +58,12 @@ def test_the_defaults_and_the_values_the_chart_and_tests_use_are_taken() -> None
             "KIMIK3_LEASE_SECONDS": "12",
             "KIMIK3_ACCEPTANCE_WINDOW_SECONDS": "5",
             "KIMIK3_WORKERS": "",
+            "KIMIK3_PODMONITOR_LABELS": "release=kube-prometheus-stack, example.com/team=llm",
         }
+    )
+    assert settings.pod_monitor_labels == (
+        ("release", "kube-prometheus-stack"),
+        ("example.com/team", "llm"),
     )
     assert settings.namespaces == ("team-a", "team-b")
     assert (settings.metrics_port, settings.gpu_inventory, settings.workers) == (0, False, 8)
@@ -90,3 +97,25 @@ def test_the_operator_exits_at_once_when_it_cannot_reach_any_api_server() -> Non
     assert done.returncode == 2
     assert "kimik3 run: no way to reach the API server" in done.stderr
     assert "KUBECONFIG" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_every_alert_says_what_alertmanager_reads_and_links_its_troubleshooting_section() -> None:
+    """summary, description and runbook_url on every alert of the chart; each runbook_url's
+    anchor is a heading of docs/troubleshooting.md (GitHub's anchor: the heading, lowercase)."""
+    import re
+
+    root = OPERATOR.parent
+    rules = (root / "charts/kimik3-operator/templates/prometheusrule.yaml").read_text()
+    headings = {
+        line.removeprefix("### ").strip().lower()
+        for line in (root / "docs/troubleshooting.md").read_text().splitlines()
+        if line.startswith("### ")
+    }
+    alerts = re.split(r"\n    - alert: ", rules)[1:]
+    assert len(alerts) >= 7
+    for alert in alerts:
+        name = alert.split("\n", 1)[0].strip()
+        for key in ("summary:", "description:", "runbook_url:"):
+            assert key in alert, f"{name} has no {key}"
+        assert f"runbookURL }}}}#{name.lower()}" in alert, name
+        assert name.lower() in headings, f"docs/troubleshooting.md has no section {name}"

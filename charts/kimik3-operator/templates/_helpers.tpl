@@ -62,3 +62,14 @@ app.kubernetes.io/component: operator
 {{- printf "%s:%s" .Values.test.image.repository .Values.test.image.tag -}}
 {{- end -}}
 {{- end -}}
+
+{{/*
+A map of labels as k=v,k=v (sorted), for KIMIK3_PODMONITOR_LABELS.
+*/}}
+{{- define "kimik3-operator.labelList" -}}
+{{- $pairs := list -}}
+{{- range $key, $value := . -}}
+{{- $pairs = append $pairs (printf "%s=%s" $key $value) -}}
+{{- end -}}
+{{- join "," $pairs -}}
+{{- end }}

@@ -3,6 +3,7 @@ first, since everything a user waits for starts from it."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from kimik3_operator.api.spec import KimiK3DeploymentSpec
@@ -19,6 +20,7 @@ def build_children(
     pod_monitor_available: bool = True,
     weight_bytes: int | None = None,
     rollout: Rollout = NO_ROLLOUT,
+    pod_monitor_labels: Mapping[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     drafter = spec.paired_drafter
     children = [
@@ -26,5 +28,5 @@ def build_children(
         build_service(spec, owner),
     ]
     if wants_pod_monitor(spec) and pod_monitor_available:
-        children.append(build_pod_monitor(spec, owner))
+        children.append(build_pod_monitor(spec, owner, pod_monitor_labels))
     return [with_spec_hash(child) for child in children]

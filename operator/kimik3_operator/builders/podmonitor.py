@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from kimik3_operator.api import constants as c
@@ -15,11 +16,17 @@ def wants_pod_monitor(spec: KimiK3DeploymentSpec) -> bool:
     return spec.monitoring.pod_monitor
 
 
-def build_pod_monitor(spec: KimiK3DeploymentSpec, owner: Owner) -> dict[str, Any]:
+def build_pod_monitor(
+    spec: KimiK3DeploymentSpec, owner: Owner, labels: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """``labels``: the operator's setting for a Prometheus that selects monitors by label;
+    they never replace the labels the operator finds its children by."""
+    meta = metadata(owner, names.pod_monitor(owner.name), c.COMPONENT_LEADER)
+    meta["labels"] = {**(labels or {}), **meta["labels"]}
     return {
         "apiVersion": f"{c.MONITORING_GROUP}/v1",
         "kind": "PodMonitor",
-        "metadata": metadata(owner, names.pod_monitor(owner.name), c.COMPONENT_LEADER),
+        "metadata": meta,
         "spec": {
             "selector": {"matchLabels": selector_labels(owner, c.COMPONENT_LEADER)},
             "podMetricsEndpoints": [{"port": PORT_NAME, "path": "/metrics", "interval": "30s"}],

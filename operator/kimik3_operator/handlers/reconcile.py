@@ -178,6 +178,8 @@ class Context:
     ledger: GpuLedger | None = None
     readings: Readings = field(default_factory=Readings)
     namespace_labels: Callable[[Kube, str], Mapping[str, str] | None] = namespace_labels_from_server
+    # The operator's setting: labels on every PodMonitor it makes.
+    pod_monitor_labels: Mapping[str, str] = field(default_factory=dict)
 
 
 def reconcile(kube: Kube, key: tuple[str, str], context: Context | None = None) -> ReconcileResult:
@@ -327,7 +329,14 @@ def _deploy(
         pod_monitor_installed = _crd_exists(kube, c.PODMONITOR_CRD)
         # Every name first, so a conflict leaves nothing half made.
         check_names(
-            kube, build_children(spec, owner, pod_monitor_available=pod_monitor_installed), owner
+            kube,
+            build_children(
+                spec,
+                owner,
+                pod_monitor_available=pod_monitor_installed,
+                pod_monitor_labels=context.pod_monitor_labels,
+            ),
+            owner,
         )
         cache = _model_cache(kube, spec, owner, body, result, clock)
         # No serving pod may start on a replaced, empty volume, not even one LWS recreates;
@@ -351,6 +360,7 @@ def _deploy(
             pod_monitor_available=pod_monitor_installed,
             weight_bytes=weight_bytes,
             rollout=step.render,
+            pod_monitor_labels=context.pod_monitor_labels,
         )
         if waiting_for_cache:
             # No serving pod before the weights are there; a running LeaderWorkerSet
@@ -691,6 +701,7 @@ def _write_status(
         rollout,
     )
     metrics.record_conditions(meta["namespace"], meta["name"], observation.conditions)
+    metrics.record_status(meta["namespace"], meta["name"], status)
     delta = status_delta(current, status)
     if not delta:
         return

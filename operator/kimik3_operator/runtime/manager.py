@@ -309,6 +309,7 @@ class Manager:
             ledger=self.ledger,
             readings=Readings(self.acceptance.reading(key), self.progress.reading(key)),
             namespace_labels=self.namespace_labels,
+            pod_monitor_labels=dict(self.settings.pod_monitor_labels),
         )
         try:
             reconcile(self.kube, key, context)
@@ -417,6 +418,7 @@ class Manager:
         threading.Thread(target=target, name=name, daemon=True).start()
 
     def set_active(self, active: bool) -> None:
+        metrics.LEADING.set(1 if active else 0)
         if active and not self.active.is_set():
             self.active.set()
             self.enqueue_all()
