@@ -51,6 +51,9 @@ def test_text_dspark_becomes_an_available_two_node_group(
     status = body["status"]
     assert status["readyReplicas"] == 1
     assert status["replicas"] == 1
+    assert status["ready"] == "1/1"
+    columns = cluster.kubectl("get", "kk3d", "k3", "-n", namespace, "--no-headers").stdout.split()
+    assert columns[:2] == ["k3", "True"] and columns[2] == "1/1", "Replicas as a Deployment's"
     assert status["nodesPerReplica"] == 2
     assert status["gpusPerReplica"] == 16
     assert status["endpoint"] == f"http://k3.{namespace}.svc:8000"

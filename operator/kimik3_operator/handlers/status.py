@@ -109,6 +109,8 @@ def desired_status(
             {
                 "replicas": spec.replicas,
                 "readyReplicas": observation.ready_replicas,
+                # kubectl get's Replicas column, as a Deployment's READY: ready/asked for.
+                "ready": f"{observation.ready_replicas}/{spec.replicas}",
                 "selector": ",".join(f"{k}={v}" for k, v in labels.items()),
                 "nodesPerReplica": spec.nodes_per_replica,
                 "gpusPerReplica": spec.gpus_per_replica,
