@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
+import pathlib
 from typing import Any
 
 import pytest
+import yaml
 
-from e2e.conftest import Cluster, kimi
+from e2e.conftest import ROOT, Cluster, kimi
+from kimik3_operator.cli import main
 
 pytestmark = pytest.mark.kwok
 
@@ -163,16 +168,52 @@ BAD_SPECS: list[tuple[str, dict[str, Any], str]] = [
         {"engine": {"env": [{"name": f"V{i}", "value": "x" * 30000} for i in range(3)]}},
         "the env values together are over 64 KiB",
     ),
+    (
+        "extra-args-total",
+        {"engine": {"extraArgs": [f"--x{i}=" + "a" * 4000 for i in range(9)]}},
+        "engine.extraArgs together are over 32 KiB",
+    ),
+    ("typo-field", {"drafter": {"methd": "eagle3"}}, 'unknown field "spec.drafter.methd"'),
+    ("typo-value", {"drafter": {"method": "eagel3"}}, "spec.drafter.method: Unsupported value"),
+    ("wrong-type", {"replicas": "two"}, "spec.replicas: Invalid value"),
 ]
 
 
+def cli_exit(resource: dict[str, Any], tmp_path: pathlib.Path) -> int:
+    """``kimik3 preflight -f`` on ``resource``, offline: 0 pass, 1 refused as input, 2 fail."""
+    path = tmp_path / "resource.yaml"
+    path.write_text(yaml.safe_dump(resource))
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        return main(["preflight", "-f", str(path)])
+
+
 @pytest.mark.parametrize(("case", "spec", "error"), BAD_SPECS, ids=[b[0] for b in BAD_SPECS])
-def test_bad_spec_is_rejected_at_apply_naming_the_field(
-    cluster: Cluster, namespace: str, case: str, spec: dict[str, Any], error: str
+def test_bad_spec_is_rejected_at_apply_naming_the_field_and_by_the_cli(
+    cluster: Cluster,
+    namespace: str,
+    case: str,
+    spec: dict[str, Any],
+    error: str,
+    tmp_path: pathlib.Path,
 ) -> None:
+    """kubectl apply (strict field validation, the schema, its CEL rules) and the offline
+    CLI refuse the same specs."""
     result = cluster.apply(kimi(case, **spec), namespace, check=False)
     assert result.returncode != 0, f"{case} was accepted"
     assert error in result.stderr, result.stderr
+    assert cli_exit(kimi(case, **spec), tmp_path) in (1, 2), f"the CLI passed {case}"
+
+
+def test_what_kubectl_apply_takes_the_cli_takes(
+    cluster: Cluster, namespace: str, tmp_path: pathlib.Path
+) -> None:
+    for example in sorted((ROOT / "examples").glob("*.yaml")):
+        resource = yaml.safe_load(example.read_text())
+        applied = cluster.kubectl(
+            "apply", "--dry-run=server", "-n", namespace, "-f", str(example), check=False
+        )
+        assert applied.returncode == 0, applied.stderr
+        assert cli_exit(resource, tmp_path) in (0, 2, 3), f"the CLI refused {example.name}"
 
 
 @pytest.mark.parametrize(

@@ -8,16 +8,22 @@ import json
 import os
 import pathlib
 import sys
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, TextIO
 
 import yaml
 
 from kimik3_operator.api import constants as c
-from kimik3_operator.api.spec import KimiK3DeploymentSpec, SpecError, parse_spec
+from kimik3_operator.api.schema_check import schema_errors
+from kimik3_operator.api.spec import KimiK3DeploymentSpec, parse_spec
 from kimik3_operator.builders.children import build_children
 from kimik3_operator.builders.common import Owner
-from kimik3_operator.builders.model_cache import build_cache_claim, build_download_job
+from kimik3_operator.builders.model_cache import (
+    build_cache_claim,
+    build_download_config_map,
+    build_download_job,
+)
+from kimik3_operator.builders.preflight_job import build_probe_config_map, build_probe_job
 from kimik3_operator.pod_security import LEVELS, Level, Policy
 
 
@@ -35,35 +41,89 @@ def load_resource(path: str) -> dict[str, Any]:
     return found[0]
 
 
-def _owner(resource: dict[str, Any]) -> Owner:
+def _owner(resource: dict[str, Any], namespace: str = "") -> Owner:
     meta = resource.get("metadata", {}) or {}
     return Owner(
         meta.get("name", "kimi-k3"),
-        meta.get("namespace", "default"),
+        namespace or meta.get("namespace") or "default",
         meta.get("uid", "00000000-0000-0000-0000-000000000000"),
     )
 
 
-def render(resource: dict[str, Any]) -> list[dict[str, Any]]:
-    owner = _owner(resource)
+def checked_resource(path: str, namespace: str = "") -> dict[str, Any]:
+    """The resource in ``path``, refused as ``kubectl apply`` refuses it (the CRD's schema,
+    then the rules of parse_spec); ``namespace`` as kubectl's -n (a different one in the
+    file is an error, as there)."""
+    resource = load_resource(path)
+    problems = schema_errors(resource)
+    if problems:
+        raise ValueError("; ".join(problems))
+    meta = resource.get("metadata") or {}
+    if namespace and meta.get("namespace") and meta["namespace"] != namespace:
+        raise ValueError(
+            f"metadata.namespace {meta['namespace']!r} does not match -n {namespace!r}"
+        )
+    return resource
+
+
+def static_verdict(spec: KimiK3DeploymentSpec) -> dict[str, Any]:
+    """The static preflight without the checkpoints' configs: what the operator judges
+    before any child."""
+    from kimik3_operator.preflight.facts import drafter_facts, target_facts
+    from kimik3_operator.preflight.report import report
+    from kimik3_operator.preflight.rules import Facts, run_rules
+    from kimik3_operator.preflight.table import load_table
+
+    facts = Facts(load_table(), target=target_facts(None, ""), drafter=drafter_facts(None, ""))
+    result: dict[str, Any] = report(run_rules(spec, facts))
+    return result
+
+
+def render(
+    resource: dict[str, Any], namespace: str = "", verdict: str = "Pass"
+) -> list[dict[str, Any]]:
+    """Every child the operator applies for ``resource``, in its order: the probe's
+    ConfigMap and Job (unless the preflight is off or refused the spec), the model cache's
+    claim, ConfigMap and Job, then the LeaderWorkerSet, its Service and PodMonitor (which the
+    operator holds back until the probe and the cache are done)."""
+    owner = _owner(resource, namespace)
     spec = parse_spec(resource.get("spec"))
-    cache: list[dict[str, Any]] = []
+    children: list[dict[str, Any]] = []
+    if spec.preflight.mode != "Disabled" and spec.preflight.probe and verdict != "Fail":
+        children += [build_probe_config_map(owner), build_probe_job(spec, owner)]
     if spec.model.cache is not None:
         claim = build_cache_claim(spec, owner)
-        cache = [*([claim] if claim else []), build_download_job(spec, owner)]
-    # The cache's claim and Job first: the operator holds the rest until the cache is Ready.
-    return cache + build_children(spec, owner)
+        children += [
+            *([claim] if claim else []),
+            build_download_config_map(owner),
+            build_download_job(spec, owner),
+        ]
+    return children + build_children(spec, owner)
 
 
 def _cmd_render(args: argparse.Namespace) -> int:
     try:
-        children = render(load_resource(args.file))
+        resource = checked_resource(args.file, args.namespace)
+        verdict = static_verdict(parse_spec(resource.get("spec")))
     except (OSError, ValueError, yaml.YAMLError) as exc:
-        kind = "invalid spec" if isinstance(exc, SpecError) else "cannot read"
+        kind = "cannot read" if isinstance(exc, OSError | yaml.YAMLError) else "invalid spec"
         print(f"kimik3 render: {kind}: {exc}", file=sys.stderr)
         return 1
+    if verdict["verdict"] == "Fail" and not args.force:
+        print("kimik3 render: the preflight refuses this spec; the operator would create no "
+              "GPU pod (--force renders it anyway):", file=sys.stderr)  # fmt: skip
+        _print_verdict(verdict, sys.stderr)
+        return 2
+    children = render(resource, args.namespace, verdict["verdict"])
     sys.stdout.write(yaml.safe_dump_all(children, sort_keys=False))
     return 0
+
+
+def _print_verdict(result: Mapping[str, Any], out: TextIO) -> None:
+    print(f"verdict: {result['verdict']}", file=out)
+    for check in result["checks"]:
+        line = f"  {check['status']:<7} {check['id']:<22} {check['reason']}: {check['message']}"
+        print(line, file=out)
 
 
 def _read_config(directory: str | None) -> dict[str, Any] | None:
@@ -82,7 +142,7 @@ def _cmd_preflight(args: argparse.Namespace) -> int:
     from kimik3_operator.preflight.table import load_table
 
     try:
-        resource = load_resource(args.file)
+        resource = checked_resource(args.file, args.namespace)
         spec = parse_spec(resource.get("spec"))
         model_config = _read_config(args.model_config)
         drafter_config = _read_config(args.drafter_config)
@@ -100,9 +160,7 @@ def _cmd_preflight(args: argparse.Namespace) -> int:
     if args.output == "json":
         print(json.dumps(result, indent=2))
     else:
-        print(f"verdict: {result['verdict']}")
-        for check in result["checks"]:
-            print(f"  {check['status']:<7} {check['id']:<22} {check['reason']}: {check['message']}")
+        _print_verdict(result, sys.stdout)
     return {"Pass": 0, "Fail": 2, "NeedsProbe": 3}[result["verdict"]]
 
 
@@ -203,22 +261,37 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("kimik3-operator")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="kimik3", description="Serve Kimi-K3 with vLLM on Kubernetes."
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run the operator (kopf run -m kimik3_operator)")
     run.add_argument("-v", "--verbose", action="store_true")
     run.set_defaults(func=_cmd_run)
     rend = sub.add_parser("render", help="print the children the operator would apply")
     rend.add_argument("-f", "--file", required=True, help="a KimiK3Deployment YAML ('-': stdin)")
+    rend.add_argument("-n", "--namespace", default="", help="the namespace, as kubectl's -n")
+    rend.add_argument(
+        "--force", action="store_true", help="render a spec the preflight refuses (exit 0)"
+    )
     rend.set_defaults(func=_cmd_render)
     pre = sub.add_parser(
         "preflight",
         help="check offline whether a resource can start (exit 0 pass, 2 fail, 3 needs probe)",
     )
     pre.add_argument("-f", "--file", required=True, help="a KimiK3Deployment YAML ('-': stdin)")
+    pre.add_argument("-n", "--namespace", default="", help="the namespace, as kubectl's -n")
     pre.add_argument("--model-config", help="the target's config.json, or its directory")
     pre.add_argument("--drafter-config", help="the drafter's config.json, or its directory")
     pre.add_argument(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from kimik3_operator.api.quantities import quantity_bytes
@@ -382,6 +382,21 @@ def _size_errors(spec: KimiK3DeploymentSpec) -> list[SpecError]:
                 "move the large ones into a ConfigMap or Secret and reference them with valueFrom",
             )
         )
+    for index, entry in enumerate(spec.engine.env):
+        path = f"spec.engine.env[{index}]"
+        source = entry.get("valueFrom")
+        if "value" in entry and source is not None:
+            found.append(SpecError(path, entry.get("name"), "takes value or valueFrom, not both"))
+        sources = ("secretKeyRef", "configMapKeyRef", "fieldRef", "resourceFieldRef")
+        if isinstance(source, Mapping) and sum(1 for k in sources if k in source) != 1:
+            found.append(
+                SpecError(
+                    f"{path}.valueFrom",
+                    entry.get("name"),
+                    "takes exactly one of secretKeyRef, configMapKeyRef, fieldRef, "
+                    "resourceFieldRef",
+                )
+            )
     args = sum(len(a) for a in spec.engine.extra_args)
     if args > MAX_EXTRA_ARGS_BYTES:
         found.append(

@@ -16,6 +16,7 @@ from kimik3_operator.api.pairing import (
     TARGET_MODEL_TYPE,
     ResolvedDrafter,
 )
+from kimik3_operator.api.schema_check import nearest
 from kimik3_operator.api.spec import (
     CHECKPOINT_METHODS,
     EAGLE3_FAMILY,
@@ -174,6 +175,7 @@ def check_architecture(ctx: Context) -> Iterable[Finding]:
     declared = ctx.spec.model.architecture
     if ctx.facts.probed is None and declared not in TARGET_ARCHITECTURES:
         # The table judges the Kimi classes; any other class is the image's to answer.
+        near = nearest(declared, TARGET_ARCHITECTURES)
         yield Finding(
             "architecture",
             "Unknown",
@@ -182,6 +184,7 @@ def check_architecture(ctx: Context) -> Iterable[Finding]:
                 f"spec.model.architecture={declared!r} is not a Kimi-K3 class, which the "
                 "capability table judges; the image probe (spec.preflight.probe) must ask the "
                 "image's own model registry and interfaces"
+                + (f" (did you mean {near}?)" if near else "")
             ),
         )
         return
