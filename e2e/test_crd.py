@@ -176,7 +176,67 @@ BAD_SPECS: list[tuple[str, dict[str, Any], str]] = [
     ("typo-field", {"drafter": {"methd": "eagle3"}}, 'unknown field "spec.drafter.methd"'),
     ("typo-value", {"drafter": {"method": "eagel3"}}, "spec.drafter.method: Unsupported value"),
     ("wrong-type", {"replicas": "two"}, "spec.replicas: Invalid value"),
+    (
+        "pod-label-of-the-operator",
+        {"pod": {"labels": {"app.kubernetes.io/instance": "other"}}},
+        "pod.labels sets a label the operator or LeaderWorkerSet sets",
+    ),
+    (
+        "pod-apparmor",
+        {"pod": {"annotations": {"container.apparmor.security.beta.kubernetes.io/vllm": "x"}}},
+        "pod.annotations sets an AppArmor or seccomp profile",
+    ),
+    (
+        "pod-gpu-as-extra",
+        {"pod": {"extraResources": {"nvidia.com/gpu": 8}}},
+        "pod.extraResources names the GPU resource",
+    ),
+    (
+        "pod-memory-as-extra",
+        {"pod": {"extraResources": {"memory": "1"}}},
+        "pod.extraResources names an extended resource",
+    ),
+    (
+        "pod-env-from-both",
+        {"pod": {"envFrom": [{"configMapRef": {"name": "a"}, "secretRef": {"name": "b"}}]}},
+        "an envFrom entry takes one of configMapRef and secretRef",
+    ),
 ]
+
+FLEET_POD = {
+    "labels": {"kueue.x-k8s.io/queue-name": "gpu", "cost-centre": "llm"},
+    "annotations": {"k8s.v1.cni.cncf.io/networks": "rdma-net"},
+    "runtimeClassName": "nvidia",
+    "imagePullSecrets": [{"name": "registry"}],
+    "extraResources": {"rdma/ib": 1},
+    "envFrom": [{"configMapRef": {"name": "nccl"}}],
+}
+
+
+def test_a_fleets_pod_settings_are_accepted_and_render_what_the_api_server_admits(
+    cluster: Cluster, namespace: str, tmp_path: pathlib.Path
+) -> None:
+    """The resource with every spec.pod field, and every child `kimik3 render` makes of it,
+    pass the real API server's validation (dry run: the LeaderWorkerSet's own schema too)."""
+    resource = kimi("fleet", pod=FLEET_POD, service={"annotations": {"lb.example/internal": "1"}})
+    applied = cluster.kubectl(
+        "apply", "--dry-run=server", "-n", namespace, "-f", "-", input=yaml.safe_dump(resource),
+        check=False,
+    )  # fmt: skip
+    assert applied.returncode == 0, applied.stderr
+    path = tmp_path / "fleet.yaml"
+    path.write_text(yaml.safe_dump(resource))
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        assert main(["render", "-f", str(path), "-n", namespace]) == 0
+    children = cluster.kubectl(
+        "apply", "--dry-run=server", "-n", namespace, "-f", "-", input=out.getvalue(),
+        check=False,
+    )  # fmt: skip
+    assert children.returncode == 0, children.stderr
+    assert "leaderworkerset.leaderworkerset.x-k8s.io/fleet created (server dry run)" in (
+        children.stdout
+    )
 
 
 def cli_exit(resource: dict[str, Any], tmp_path: pathlib.Path) -> int:

@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from conftest import spec_of
-from kimik3_operator.api.constants import SPEC_HASH_ANNOTATION
+from kimik3_operator.api.constants import SPEC_HASH_ANNOTATION, TEMPLATE_HASH_LABEL
 from kimik3_operator.api.pairing import resolve_drafter
 from kimik3_operator.api.spec import KimiK3DeploymentSpec
 from kimik3_operator.builders.children import build_children
@@ -422,3 +422,65 @@ def test_quantities_are_written_as_the_api_server_writes_them_back() -> None:
     assert decimal_quantity(3000) == "3k"
     assert decimal_quantity(1234) == "1234"
     assert decimal_quantity(0) == "0"
+
+
+FLEET_POD = {
+    "labels": {"kueue.x-k8s.io/queue-name": "gpu", "cost-centre": "llm"},
+    "annotations": {"k8s.v1.cni.cncf.io/networks": "rdma-net"},
+    "runtimeClassName": "nvidia",
+    "imagePullSecrets": [{"name": "registry"}],
+    "extraResources": {"rdma/ib": 1},
+    "envFrom": [{"configMapRef": {"name": "nccl"}, "prefix": ""}],
+}
+
+
+def test_a_fleets_pod_settings_reach_leader_and_workers() -> None:
+    spec = spec_of(pod=FLEET_POD, service={"annotations": {"lb.example/internal": "1"}})
+    template = lws_of(spec)["spec"]["leaderWorkerTemplate"]
+    for role in ("leaderTemplate", "workerTemplate"):
+        pod = template[role]
+        assert pod["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "gpu"
+        assert pod["metadata"]["annotations"] == {"k8s.v1.cni.cncf.io/networks": "rdma-net"}
+        assert pod["spec"]["runtimeClassName"] == "nvidia"
+        assert pod["spec"]["imagePullSecrets"] == [{"name": "registry"}]
+        resources = container(pod)["resources"]
+        assert resources["requests"]["rdma/ib"] == resources["limits"]["rdma/ib"] == "1"
+        assert resources["limits"]["nvidia.com/gpu"] == 8
+        assert container(pod)["envFrom"] == [{"configMapRef": {"name": "nccl"}, "prefix": ""}]
+    service = build_service(spec, Owner("k3", "llm", "uid-1"))
+    assert service["metadata"]["annotations"] == {"lb.example/internal": "1"}
+
+
+def test_no_pod_setting_changes_what_the_preflight_judged() -> None:
+    """Image, command, flags, the operator's env and labels: the same with and without the
+    fleet's settings (the spec.pod fields come under the operator's own)."""
+    plain = lws_of(spec_of())["spec"]["leaderWorkerTemplate"]
+    fitted = lws_of(spec_of(pod=FLEET_POD))["spec"]["leaderWorkerTemplate"]
+    for role in ("leaderTemplate", "workerTemplate"):
+        before, after = container(plain[role]), container(fitted[role])
+        for key in ("image", "command", "args", "env"):
+            assert before[key] == after[key], key
+        operator_labels = {
+            k: v for k, v in plain[role]["metadata"]["labels"].items() if k != TEMPLATE_HASH_LABEL
+        }
+        assert operator_labels.items() <= fitted[role]["metadata"]["labels"].items()
+
+
+def test_pod_settings_that_would_override_the_operators_are_refused() -> None:
+    import pytest
+
+    from kimik3_operator.api.spec import SpecError
+
+    for pod, named in (
+        ({"labels": {"app.kubernetes.io/instance": "other"}}, "spec.pod.labels"),
+        ({"labels": {"serving.kimik3.io/template-hash": "x"}}, "spec.pod.labels"),
+        (
+            {"annotations": {"container.apparmor.security.beta.kubernetes.io/vllm": "unconfined"}},
+            "spec.pod.annotations",
+        ),
+        ({"extraResources": {"nvidia.com/gpu": 8}}, "spec.pod.extraResources"),
+        ({"extraResources": {"memory": "1"}}, "spec.pod.extraResources"),
+        ({"envFrom": [{"prefix": "X"}]}, "spec.pod.envFrom[0]"),
+    ):
+        with pytest.raises(SpecError, match=named.replace("[", r"\[").replace(".", r"\.")):
+            spec_of(pod=pod)

@@ -103,6 +103,8 @@ def _check(value: Any, node: Node, path: str) -> Iterator[str]:
 def _check_object(value: Mapping[str, Any], node: Node, path: str) -> Iterator[str]:
     properties: Node = node.get("properties") or {}
     extra = node.get("additionalProperties")
+    if "maxProperties" in node and len(value) > node["maxProperties"]:
+        yield f"{path}: Too many: {len(value)}: must have at most {node['maxProperties']} items"
     for key in node.get("required") or []:
         if key not in value:
             yield f"{path}.{key}: Required value"

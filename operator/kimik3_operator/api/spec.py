@@ -215,6 +215,22 @@ class SecuritySpec:
 class ServiceSpec:
     port: int = 8000
     type: ServiceType = "ClusterIP"
+    annotations: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ServingPodSpec:
+    """What a platform adds to the serving pods, leader and workers alike: nothing here
+    changes what the preflight judged (the builders put the operator's own labels, env,
+    image and command over it)."""
+
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    runtime_class_name: str = ""
+    image_pull_secrets: tuple[Mapping[str, Any], ...] = ()
+    # Extended resources per pod besides the GPUs (an RDMA fabric), requests = limits.
+    extra_resources: Mapping[str, Any] = field(default_factory=dict)
+    env_from: tuple[Mapping[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -273,6 +289,7 @@ class KimiK3DeploymentSpec:
     placement: PlacementSpec = field(default_factory=PlacementSpec)
     resources: ResourcesSpec = field(default_factory=ResourcesSpec)
     service: ServiceSpec = field(default_factory=ServiceSpec)
+    pod: ServingPodSpec = field(default_factory=ServingPodSpec)
     rollout: RolloutSpec = field(default_factory=RolloutSpec)
     preflight: PreflightSpec = field(default_factory=PreflightSpec)
     monitoring: MonitoringSpec = field(default_factory=MonitoringSpec)

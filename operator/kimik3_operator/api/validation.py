@@ -210,6 +210,7 @@ def errors(spec: KimiK3DeploymentSpec) -> list[SpecError]:
         )
     found += _canary_errors(spec)
     found += _size_errors(spec)
+    found += _pod_errors(spec)
     for path, text in _strings(spec, "spec"):
         if CONTROL.search(text):
             found.append(SpecError(path, text[:80], "contains a control character", "remove it"))
@@ -407,4 +408,75 @@ def _size_errors(spec: KimiK3DeploymentSpec) -> list[SpecError]:
                 "put a long setting in a file (a ConfigMap volume) and pass its path",
             )
         )
+    return found
+
+
+# What spec.pod may not set (the CRD's CEL rules): the operator's and LeaderWorkerSet's
+# labels and annotations, and the pods' AppArmor and seccomp profiles.
+RESERVED_LABELS = (
+    "app.kubernetes.io/instance",
+    "app.kubernetes.io/component",
+    "app.kubernetes.io/managed-by",
+    "app.kubernetes.io/name",
+)
+RESERVED_PREFIXES = ("serving.kimik3.io/", "leaderworkerset.sigs.k8s.io/")
+PROFILE_PREFIXES = (
+    "container.apparmor.security.beta.kubernetes.io/",
+    "seccomp.security.alpha.kubernetes.io/",
+    "container.seccomp.security.alpha.kubernetes.io/",
+)
+
+
+def _pod_errors(spec: KimiK3DeploymentSpec) -> list[SpecError]:
+    pod = spec.pod
+    found: list[SpecError] = []
+    for key in pod.labels:
+        if key in RESERVED_LABELS or key.startswith(RESERVED_PREFIXES):
+            found.append(
+                SpecError(
+                    "spec.pod.labels",
+                    key,
+                    "is a label the operator or LeaderWorkerSet sets",
+                    "choose another key",
+                )
+            )
+    for key in pod.annotations:
+        if key.startswith(PROFILE_PREFIXES + RESERVED_PREFIXES):
+            found.append(
+                SpecError(
+                    "spec.pod.annotations",
+                    key,
+                    "sets an AppArmor or seccomp profile, or an annotation of the operator or "
+                    "LeaderWorkerSet",
+                    "remove it: the pods' profiles are the operator's (RuntimeDefault)",
+                )
+            )
+    for name in pod.extra_resources:
+        if "/" not in name or name.startswith(("kubernetes.io/", "requests.")):
+            found.append(
+                SpecError(
+                    "spec.pod.extraResources",
+                    name,
+                    "is not an extended resource (vendor/name, e.g. rdma/ib)",
+                    "cpu, memory and storage are spec.resources'",
+                )
+            )
+        elif name == spec.placement.gpu_resource:
+            found.append(
+                SpecError(
+                    "spec.pod.extraResources",
+                    name,
+                    "is the GPU resource",
+                    "the GPUs per pod follow from parallelism and placement.gpusPerNode",
+                )
+            )
+    for index, entry in enumerate(pod.env_from):
+        if ("configMapRef" in entry) == ("secretRef" in entry):
+            found.append(
+                SpecError(
+                    f"spec.pod.envFrom[{index}]",
+                    dict(entry),
+                    "takes one of configMapRef and secretRef",
+                )
+            )
     return found

@@ -160,6 +160,8 @@ def _pod_template(
         "command": serving_command(),
         "args": serve_args(spec, drafter, role),
         "env": _env(spec),
+        # Beside env, which wins over it for every variable the operator sets.
+        **({"envFrom": [dict(e) for e in spec.pod.env_from]} if spec.pod.env_from else {}),
         "resources": _resources(spec),
         "volumeMounts": _volume_mounts(spec),
         # The last lines of a crash land in the pod's status, where the operator reads them.
@@ -190,7 +192,16 @@ def _pod_template(
         pod_spec["schedulerName"] = placement.scheduler_name
     if placement.priority_class_name:
         pod_spec["priorityClassName"] = placement.priority_class_name
-    return {"metadata": {"labels": labels(owner, component)}, "spec": pod_spec}
+    pod = spec.pod
+    if pod.runtime_class_name:
+        pod_spec["runtimeClassName"] = pod.runtime_class_name
+    if pod.image_pull_secrets:
+        pod_spec["imagePullSecrets"] = [{"name": s["name"]} for s in pod.image_pull_secrets]
+    # The operator's labels over the platform's: the pods stay found by them.
+    metadata: dict[str, Any] = {"labels": {**pod.labels, **labels(owner, component)}}
+    if pod.annotations:
+        metadata["annotations"] = dict(pod.annotations)
+    return {"metadata": metadata, "spec": pod_spec}
 
 
 def _env(spec: KimiK3DeploymentSpec) -> list[dict[str, Any]]:
@@ -208,8 +219,9 @@ def _env(spec: KimiK3DeploymentSpec) -> list[dict[str, Any]]:
 
 def _resources(spec: KimiK3DeploymentSpec) -> dict[str, Any]:
     gpus = {spec.placement.gpu_resource: spec.gpus_per_pod}
-    requests: dict[str, Any] = dict(gpus)
-    limits: dict[str, Any] = dict(gpus)
+    extended = {name: str(amount) for name, amount in spec.pod.extra_resources.items()}
+    requests: dict[str, Any] = {**extended, **gpus}
+    limits: dict[str, Any] = {**extended, **gpus}
     if spec.resources.cpu:
         # A request only: a CPU limit throttles the threads that feed the GPUs.
         requests["cpu"] = spec.resources.cpu

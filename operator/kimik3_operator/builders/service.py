@@ -15,7 +15,10 @@ def build_service(spec: KimiK3DeploymentSpec, owner: Owner) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": metadata(owner, names.service(owner.name), c.COMPONENT_LEADER),
+        "metadata": {
+            **metadata(owner, names.service(owner.name), c.COMPONENT_LEADER),
+            **({"annotations": dict(spec.service.annotations)} if spec.service.annotations else {}),
+        },
         "spec": {
             "type": spec.service.type,
             "selector": selector_labels(owner, c.COMPONENT_LEADER),
