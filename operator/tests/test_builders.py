@@ -484,3 +484,17 @@ def test_pod_settings_that_would_override_the_operators_are_refused() -> None:
     ):
         with pytest.raises(SpecError, match=named.replace("[", r"\[").replace(".", r"\.")):
             spec_of(pod=pod)
+
+
+def test_a_group_across_nodes_without_a_fabric_is_told_never_refused() -> None:
+    from kimik3_operator.handlers.status import fabric_condition
+
+    assert fabric_condition(spec_of(parallelism={"tensor": 8})) is None, "one node: no fabric"
+    bare = fabric_condition(spec_of())
+    assert bare is not None and (bare.status, bare.reason) == ("False", "NoRDMAFabric")
+    rdma = fabric_condition(spec_of(pod={"extraResources": {"rdma/ib": 1}}))
+    assert rdma is not None and (rdma.status, rdma.reason) == ("True", "RDMARequested")
+    multus = fabric_condition(
+        spec_of(pod={"annotations": {"k8s.v1.cni.cncf.io/networks": "ib-net"}})
+    )
+    assert multus is not None and (multus.status, multus.reason) == ("True", "SecondaryNetwork")

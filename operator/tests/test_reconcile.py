@@ -41,7 +41,12 @@ def test_first_reconcile_applies_children_and_status(kube: FakeKube) -> None:
         "Available",
         "Degraded",
         "ModelCached",
+        "InterNodeFabric",
     }
+    # Two pods (TP 16 on 8-GPU nodes) and no fabric asked for: said, not refused.
+    fabric = next(c for c in status["conditions"] if c["type"] == "InterNodeFabric")
+    assert (fabric["status"], fabric["reason"]) == ("False", "NoRDMAFabric")
+    assert "spec.pod.extraResources" in fabric["message"]
     # Two pods (TP 16 on 8-GPU nodes) with no cache: each downloads the whole checkpoint.
     cached = next(c for c in status["conditions"] if c["type"] == "ModelCached")
     assert cached["status"] == "False" and cached["reason"] == "NoModelCache"

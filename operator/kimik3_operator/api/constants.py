@@ -70,6 +70,8 @@ class ConditionType(StrEnum):
     SPECULATION_EFFECTIVE = "SpeculationEffective"
     MODEL_CACHED = "ModelCached"
     CANARY_VERIFIED = "CanaryVerified"
+    # Whether a group that spans nodes asks for a fabric between them (a warning, not a gate).
+    INTER_NODE_FABRIC = "InterNodeFabric"
 
 
 @unique
@@ -191,6 +193,10 @@ class Reason(StrEnum):
     ACCEPTANCE_BELOW_MINIMUM = "AcceptanceBelowMinimum"
     MEASURING_ACCEPTANCE = "MeasuringAcceptance"
     NO_TRAFFIC = "NoTraffic"
+    # InterNodeFabric
+    RDMA_REQUESTED = "RDMARequested"
+    SECONDARY_NETWORK = "SecondaryNetwork"
+    NO_RDMA_FABRIC = "NoRDMAFabric"
 
 
 # Flags the operator generates; extraArgs may not set them, in any spelling vLLM reads as

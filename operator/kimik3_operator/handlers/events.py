@@ -22,6 +22,7 @@ _TROUBLE_WHEN_FALSE = frozenset(
         ConditionType.AVAILABLE,
         ConditionType.SPECULATION_EFFECTIVE,
         ConditionType.CANARY_VERIFIED,
+        ConditionType.INTER_NODE_FABRIC,
     }
 )
 

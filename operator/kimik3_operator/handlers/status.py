@@ -11,6 +11,7 @@ from typing import Any
 from kimik3_operator.acceptance import AcceptanceReading, speculative_update
 from kimik3_operator.api import constants as c
 from kimik3_operator.api import names
+from kimik3_operator.api.constants import ConditionType, Reason
 from kimik3_operator.api.spec import KimiK3DeploymentSpec
 from kimik3_operator.builders.common import Owner, selector_labels
 from kimik3_operator.conditions import Condition, set_condition
@@ -38,6 +39,51 @@ class RolloutStatus:
     running: KimiK3DeploymentSpec | None = None
 
 
+# Where a group's pods talk over something faster than the pod network: an RDMA device
+# plugin's resource, or a Multus network attached for the purpose.
+RDMA_MARKERS = ("rdma", "infiniband", "roce", "efa")
+MULTUS_ANNOTATION = "k8s.v1.cni.cncf.io/networks"
+
+
+def fabric_condition(spec: KimiK3DeploymentSpec) -> Condition | None:
+    """For a group that spans nodes: whether its pods ask for a fabric between them. Tensor
+    parallelism over nodes exchanges activations at every layer; over the pod network (TCP
+    sockets) it runs at a fraction of its speed. A warning, never a refusal."""
+    if spec.nodes_per_replica <= 1:
+        return None
+    rdma = sorted(
+        name
+        for name in spec.pod.extra_resources
+        if any(marker in name.lower() for marker in RDMA_MARKERS)
+    )
+    if rdma:
+        return Condition(
+            ConditionType.INTER_NODE_FABRIC,
+            "True",
+            Reason.RDMA_REQUESTED,
+            f"each pod of the {spec.nodes_per_replica}-node groups requests {', '.join(rdma)}",
+        )
+    if MULTUS_ANNOTATION in spec.pod.annotations:
+        return Condition(
+            ConditionType.INTER_NODE_FABRIC,
+            "True",
+            Reason.SECONDARY_NETWORK,
+            f"the pods attach {spec.pod.annotations[MULTUS_ANNOTATION]!r} "
+            f"({MULTUS_ANNOTATION}); NCCL must be pointed at it (NCCL_SOCKET_IFNAME, "
+            "NCCL_IB_HCA in engine.env)",
+        )
+    return Condition(
+        ConditionType.INTER_NODE_FABRIC,
+        "False",
+        Reason.NO_RDMA_FABRIC,
+        f"tensor parallelism spans {spec.nodes_per_replica} nodes per group and the pods ask "
+        "for no RDMA resource or secondary network, so NCCL runs over the pod network at a "
+        "fraction of the speed; request the fabric in spec.pod.extraResources (e.g. rdma/ib: "
+        "1) and engine.addCapabilities [IPC_LOCK] (see examples/kimi-k3-text-dspark-rdma-"
+        "fleet.yaml), or ignore this where the pod network is the fabric",
+    )
+
+
 def final_observation(
     observation: Observation,
     gate: Gate | None,
@@ -50,7 +96,8 @@ def final_observation(
     final = gated_observation(observation, gate) if gate is not None else observation
     final = with_model_cache(final, cache, spec)
     gate_conditions = gate.conditions if gate is not None else ()
-    extra = (speculation,) if speculation is not None else ()
+    fabric = fabric_condition(spec) if spec is not None else None
+    extra = tuple(c_ for c_ in (speculation, fabric) if c_ is not None)
     return Observation(
         final.ready_replicas,
         gate_conditions + final.conditions + extra,
