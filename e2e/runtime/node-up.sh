@@ -80,34 +80,9 @@ cat > "$state/cni/10-kimik3.conflist" <<CNI
 }
 CNI
 
-# containerd keeps its images under the cache, so an imported image outlives the cluster.
-images_root="$(node_images "$index")"
-mkdir -p "$images_root"
-cat > "$state/containerd.toml" <<TOML
-version = 2
-root = "$images_root/root"
-state = "$state/containerd-state"
-[grpc]
-  address = "$state/containerd.sock"
-[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = "$PAUSE_IMAGE"
-  # Root here lacks CAP_SYS_RESOURCE: lowering a sandbox's oom_score_adj would fail it.
-  restrict_oom_score_adj = true
-  [plugins."io.containerd.grpc.v1.cri".containerd]
-    snapshotter = "overlayfs"
-  [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "/usr/lib/cni"
-    conf_dir = "$state/cni"
-TOML
-if ! running containerd; then
-  nohup containerd --config "$state/containerd.toml" > "$run/containerd-$index.log" 2>&1 &
-  echo $! > "$run/containerd-$index.pid"
-fi
-for _ in $(seq 1 50); do
-  ctr --address "$state/containerd.sock" version >/dev/null 2>&1 && break
-  running containerd || { tail -20 "$run/containerd-$index.log" >&2; cannot "containerd exited"; }
-  sleep 0.2
-done
+# containerd keeps its images under the cache, so an imported image outlives the cluster
+# (scripts/prepare.sh may have put the vLLM image there already: e2e/runtime/preload.sh).
+start_containerd "$index" || cannot "containerd exited"
 
 # The pause image, from the static program beside this script.
 KIMIK3_IMAGE_NODE="$index" bash "$here/images.sh" pause >&2
