@@ -197,6 +197,11 @@ BAD_SPECS: list[tuple[str, dict[str, Any], str]] = [
         "pod.extraResources names an extended resource",
     ),
     (
+        "pod-fractional-resource",
+        {"pod": {"extraResources": {"rdma/ib": "1.5"}}},
+        "pod.extraResources takes whole numbers",
+    ),
+    (
         "pod-env-from-both",
         {"pod": {"envFrom": [{"configMapRef": {"name": "a"}, "secretRef": {"name": "b"}}]}},
         "an envFrom entry takes one of configMapRef and secretRef",

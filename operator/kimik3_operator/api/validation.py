@@ -451,7 +451,19 @@ def _pod_errors(spec: KimiK3DeploymentSpec) -> list[SpecError]:
                     "remove it: the pods' profiles are the operator's (RuntimeDefault)",
                 )
             )
-    for name in pod.extra_resources:
+    for name, amount in pod.extra_resources.items():
+        if isinstance(amount, bool) or not (
+            (isinstance(amount, int) and amount >= 0)
+            or (isinstance(amount, str) and amount.isdigit())
+        ):
+            found.append(
+                SpecError(
+                    f"spec.pod.extraResources.{name}",
+                    amount,
+                    "is not a whole number",
+                    "extended resources are counted, not measured",
+                )
+            )
         if "/" not in name or name.startswith(("kubernetes.io/", "requests.")):
             found.append(
                 SpecError(
