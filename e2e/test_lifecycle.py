@@ -107,7 +107,7 @@ def test_text_dspark_becomes_an_available_two_node_group(
         "AGE",
     ]
     # No traffic yet, so no acceptance: the row has one cell fewer than the header.
-    assert table[1].split()[:8] == ["k3", "True", "1", "16", "2", "dspark", "Available", "Ready"]
+    assert table[1].split()[:8] == ["k3", "True", "1/1", "16", "2", "dspark", "Available", "Ready"]
 
 
 def test_group_stays_in_one_topology_domain(

@@ -28,6 +28,7 @@ from prometheus_client import start_http_server
 
 from e2e.conftest import tools_bin
 from e2e.vllm_exporter import FakeLeader, serve
+from kimik3_operator import metrics
 from kimik3_operator.handlers.reconcile import Context, reconcile
 from kimik3_operator.handlers.status import Readings
 from kimik3_operator.runtime.readers import AcceptanceReader
@@ -228,6 +229,8 @@ def operator_metrics(leaders: dict[str, FakeLeader]) -> Iterator[int]:
     reader = AcceptanceReader(window_seconds=20, url_override="http://127.0.0.1/{pod}", fetch=fetch)
     port = free_port()
     start_http_server(port, "127.0.0.1")
+    # This process stands in for an active operator, as Manager.set_active(True) makes one.
+    metrics.LEADING.set(1)
     stop = threading.Event()
 
     def operate() -> None:
@@ -404,14 +407,29 @@ def chart_rules() -> list[dict[str, Any]]:
 
 
 def test_alert_expressions_on_live_data(prometheus: Prometheus) -> None:
-    firing = {rule["alert"]: prometheus.query(rule["expr"]) for rule in chart_rules()}
+    # The chart's operator alerts select its Service's job; here the operator is job "operator".
+    chart_job = 'job="t-kimik3-operator-metrics", namespace="default"'
+    firing = {
+        rule["alert"]: prometheus.query(rule["expr"].replace(chart_job, 'job="operator"'))
+        for rule in chart_rules()
+    }
     assert set(firing) == {
         "KimiK3AcceptanceBelowMinimum",
         "KimiK3SpeculativeDecodingStalled",
         "KimiK3DeploymentDegraded",
         "KimiK3PreflightFailed",
         "KimiK3CanaryRolledBack",
+        "KimiK3OperatorDown",
+        "KimiK3OperatorNotLeading",
     }
+    assert firing["KimiK3OperatorDown"] == [], "the operator is scraped"
+    assert firing["KimiK3OperatorNotLeading"] == [], "a standalone operator leads"
+    nowhere = prometheus.query(
+        next(r["expr"] for r in chart_rules() if r["alert"] == "KimiK3OperatorDown").replace(
+            chart_job, 'job="nowhere"'
+        )
+    )
+    assert len(nowhere) == 1, "no such job: the operator is down"
     below = firing["KimiK3AcceptanceBelowMinimum"]
     assert [s["metric"]["name"] for s in below] == ["k3"], "0.5875 is below the minimum 0.6"
     assert close(float(below[0]["value"][1]), 0.5875)

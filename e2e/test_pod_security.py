@@ -96,14 +96,23 @@ def _admitted(cluster: Cluster, namespace: str, pod_spec: dict[str, Any]) -> tup
 def test_the_prediction_is_what_podsecurity_admission_does(
     cluster: Cluster, level_namespaces: dict[str, str]
 ) -> None:
-    # The fleet example names a RuntimeClass; its admission plugin refuses a pod without one.
-    runtime_class = {
-        "apiVersion": "node.k8s.io/v1",
-        "kind": "RuntimeClass",
-        "metadata": {"name": "nvidia"},
-        "handler": "nvidia",
-    }
-    cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(runtime_class))
+    # The fleet example names a RuntimeClass and a PriorityClass; their admission plugins
+    # refuse a pod that names one that does not exist.
+    for named in (
+        {
+            "apiVersion": "node.k8s.io/v1",
+            "kind": "RuntimeClass",
+            "metadata": {"name": "nvidia"},
+            "handler": "nvidia",
+        },
+        {
+            "apiVersion": "scheduling.k8s.io/v1",
+            "kind": "PriorityClass",
+            "metadata": {"name": "inference-high"},
+            "value": 1000,
+        },
+    ):
+        cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(named))
     compared = 0
     for case, raw in _example_specs().items():
         spec = parse_spec(raw)
