@@ -46,7 +46,6 @@ sys.path.insert(0, str(ROOT / "operator"))
 from kimik3_operator.api.constants import Reason  # noqa: E402 - after the path
 from kimik3_operator.api.spec import SpecError, parse_spec  # noqa: E402
 from kimik3_operator.builders.command import expanded_serve_args  # noqa: E402
-from kimik3_operator.preflight import probe_script  # noqa: E402
 from kimik3_operator.preflight.facts import (  # noqa: E402
     KIMI_K3_CONTEXT,
     KIMI_K3_EXPERTS,
@@ -55,6 +54,7 @@ from kimik3_operator.preflight.facts import (  # noqa: E402
 )
 from kimik3_operator.preflight.rules import Facts, run_rules  # noqa: E402
 from kimik3_operator.preflight.table import format_version, load_table  # noqa: E402
+from kimik3_operator.programs import probe as probe_script  # noqa: E402
 
 RECORD = ROOT / "operator" / "kimik3_operator" / "data" / "differential.json"
 # Rules whose refusal vLLM makes later than its configuration: at model load (the class's

@@ -10,7 +10,7 @@ For each shape, in the same run:
 
   link              what loopback and the disk take together: the same server with no cap,
                     the bytes read over 16 connections and written to disk, nothing else
-  ours-fetch        the download Job's script (weights/download_script.py) with its
+  ours-fetch        the download Job's script (programs/download.py) with its
                     defaults: its fetch phase, checksums included
   ours-fetch-nosum  the same with the checksums off (the benchmark's comparison only)
   ours              the script's whole run: interpreter start, listing, fetch, checksums
@@ -49,7 +49,7 @@ sys.path.insert(0, str(ROOT / "operator"))
 
 from e2e.fake_hub import FakeHub  # noqa: E402
 
-SCRIPT = ROOT / "operator" / "kimik3_operator" / "weights" / "download_script.py"
+SCRIPT = ROOT / "operator" / "kimik3_operator" / "programs" / "download.py"
 MB = 1_000_000
 K3_BYTES = 1.6e12
 

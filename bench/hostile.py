@@ -129,8 +129,8 @@ AGGREGATE = textwrap.dedent("""
     import resource, sys, time, urllib.request
     sys.path.insert(0, "operator")
     from prometheus_client.parser import text_string_to_metric_families
-    from kimik3_operator.acceptance import ACCEPTED_PER_POS, LeaderWindow, aggregate
-    from kimik3_operator.acceptance import parse_metrics
+    from kimik3_operator.observation.acceptance import ACCEPTED_PER_POS, LeaderWindow, aggregate
+    from kimik3_operator.observation.acceptance import parse_metrics
     texts = []
     for _ in range(2):  # two samples a second apart: the leader's counters have moved
         texts.append(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())

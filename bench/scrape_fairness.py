@@ -30,8 +30,8 @@ from prometheus_client.parser import text_string_to_metric_families  # noqa: E40
 from conftest import FakeKube  # noqa: E402 - the unit tier's fake API
 from conftest import resource as kk3d  # noqa: E402
 from e2e.vllm_exporter import FakeLeader  # noqa: E402
-from kimik3_operator.acceptance import parse_metrics  # noqa: E402
 from kimik3_operator.config import Settings  # noqa: E402
+from kimik3_operator.observation.acceptance import parse_metrics  # noqa: E402
 from kimik3_operator.runtime import readers  # noqa: E402
 from kimik3_operator.runtime.bounded_http import DEFAULT_MAX_BYTES  # noqa: E402
 from kimik3_operator.runtime.manager import Manager  # noqa: E402

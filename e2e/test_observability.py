@@ -29,8 +29,8 @@ from prometheus_client import start_http_server
 from e2e.conftest import tools_bin
 from e2e.vllm_exporter import FakeLeader, serve
 from kimik3_operator import metrics
-from kimik3_operator.handlers.reconcile import Context, reconcile
-from kimik3_operator.handlers.status import Readings
+from kimik3_operator.controller.reconcile import Context, reconcile
+from kimik3_operator.controller.status import Readings
 from kimik3_operator.runtime.readers import AcceptanceReader
 
 pytestmark = pytest.mark.kwok

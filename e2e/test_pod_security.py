@@ -27,8 +27,8 @@ from e2e.conftest import (
 from kimik3_operator.api.spec import parse_spec
 from kimik3_operator.builders.common import Owner
 from kimik3_operator.builders.pods import pod_specs
-from kimik3_operator.handlers.admission import predict
-from kimik3_operator.pod_security import ENFORCE_LABEL, LEVELS, Policy
+from kimik3_operator.controller.admission import predict
+from kimik3_operator.observation.pod_security import ENFORCE_LABEL, LEVELS, Policy
 
 pytestmark = pytest.mark.kwok
 

@@ -7,4 +7,4 @@ __version__ = "0.1.0"
 # `kopf run -m kimik3_operator` imports this package with kopf already loaded: register the
 # handlers then, and keep plain imports (the CLI's render and preflight) free of kopf.
 if "kopf" in sys.modules:
-    from kimik3_operator.handlers import kopf_handlers  # noqa: F401
+    from kimik3_operator import host  # noqa: F401

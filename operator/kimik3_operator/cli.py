@@ -24,7 +24,7 @@ from kimik3_operator.builders.model_cache import (
     build_download_job,
 )
 from kimik3_operator.builders.preflight_job import build_probe_config_map, build_probe_job
-from kimik3_operator.pod_security import LEVELS, Level, Policy
+from kimik3_operator.observation.pod_security import LEVELS, Level, Policy
 
 
 def load_resource(path: str) -> dict[str, Any]:
@@ -169,7 +169,7 @@ def _with_pod_security(
 ) -> dict[str, Any]:
     """The preflight's report with the Pod Security check the operator makes against the
     namespace's enforced level: a refusal fails the verdict, as it blocks the deployment."""
-    from kimik3_operator.handlers.admission import predict
+    from kimik3_operator.controller.admission import predict
 
     owner = _owner(resource)
     refusal = predict(spec, owner, Policy(level))
@@ -248,7 +248,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     import kopf
 
-    from kimik3_operator.handlers import kopf_handlers  # noqa: F401 - registers handlers
+    from kimik3_operator import host  # noqa: F401 - registers the handlers
 
     kopf.configure(verbose=args.verbose)
     kopf.run(

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping
 
 from prometheus_client import Counter, Gauge, Histogram
 
-from kimik3_operator.conditions import Condition
+from kimik3_operator.api.conditions import Condition
 
 RECONCILES = Counter("kimik3_reconciles", "Reconciles of KimiK3Deployments, by result", ["result"])
 for _result in ("ok", "invalid", "error"):

@@ -487,7 +487,7 @@ def test_pod_settings_that_would_override_the_operators_are_refused() -> None:
 
 
 def test_a_group_across_nodes_without_a_fabric_is_told_never_refused() -> None:
-    from kimik3_operator.handlers.status import fabric_condition
+    from kimik3_operator.controller.status import fabric_condition
 
     assert fabric_condition(spec_of(parallelism={"tensor": 8})) is None, "one node: no fabric"
     bare = fabric_condition(spec_of())

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from kimik3_operator.conditions import Condition, changed, find, set_condition
+from kimik3_operator.api.conditions import Condition, changed, find, set_condition
 
 T0, T1 = "2026-01-01T00:00:00Z", "2026-01-01T00:05:00Z"
 

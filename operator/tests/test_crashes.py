@@ -15,11 +15,11 @@ import pytest
 
 from conftest import FakeKube, key_of, resource, spec_of
 from kimik3_operator.api.constants import Reason
-from kimik3_operator.builders import launch_script
 from kimik3_operator.builders.children import build_children
 from kimik3_operator.builders.common import Owner
-from kimik3_operator.crashes import classify, failure_budget, startup_failures
-from kimik3_operator.handlers.reconcile import Context, reconcile
+from kimik3_operator.controller.reconcile import Context, reconcile
+from kimik3_operator.observation.crashes import classify, failure_budget, startup_failures
+from kimik3_operator.programs import launch as launch_script
 
 API = "serving.kimik3.io/v1alpha1"
 LWS = "leaderworkerset.x-k8s.io/v1"

@@ -3,7 +3,7 @@ idle connection taking the back half of the largest span in flight, never a byte
 
 from __future__ import annotations
 
-from kimik3_operator.weights.download_script import (
+from kimik3_operator.programs.download import (
     READ_SIZE,
     STEAL_MIN_BYTES,
     ChunkMap,

@@ -14,12 +14,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from conftest import FakeKube, resource
-from kimik3_operator.acceptance import LeaderWindow, aggregate, parse_metrics
 from kimik3_operator.config import Settings
+from kimik3_operator.observation.acceptance import LeaderWindow, aggregate, parse_metrics
+from kimik3_operator.observation.download_progress import parse_progress
 from kimik3_operator.runtime.bounded_http import FetchError, fetch
 from kimik3_operator.runtime.manager import Manager
 from kimik3_operator.runtime.readers import AcceptanceReader
-from kimik3_operator.weights.progress import parse_progress
 
 Handler = Callable[[BaseHTTPRequestHandler], None]
 

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 from conftest import FakeKube, key_of, resource
+from kimik3_operator.api.conditions import Condition
 from kimik3_operator.api.constants import LEGACY_KOPF_FINALIZER, ConditionType
-from kimik3_operator.conditions import Condition
-from kimik3_operator.handlers.events import event_type
-from kimik3_operator.handlers.reconcile import reconcile
+from kimik3_operator.controller.reconcile import reconcile
+from kimik3_operator.events import event_type
 from kimik3_operator.runtime.queue import WorkQueue
 from kimik3_operator.runtime.store import Store, StoreKube, parse_selector
 

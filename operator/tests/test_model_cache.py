@@ -25,18 +25,18 @@ from kimik3_operator.builders.model_cache import (
     download_request,
 )
 from kimik3_operator.builders.preflight_job import build_probe_job
-from kimik3_operator.handlers.reconcile import Context, reconcile
-from kimik3_operator.handlers.status import Readings
-from kimik3_operator.runtime.readers import ProgressReader
-from kimik3_operator.status_view import render_status
-from kimik3_operator.weights.progress import Sample, next_sample, progress_fields
-from kimik3_operator.weights.state import (
+from kimik3_operator.controller.reconcile import Context, reconcile
+from kimik3_operator.controller.status import Readings
+from kimik3_operator.observation.download_progress import Sample, next_sample, progress_fields
+from kimik3_operator.observation.model_cache import (
     CacheState,
     cache_section,
     cache_state,
     progress_text,
     startup_section,
 )
+from kimik3_operator.runtime.readers import ProgressReader
+from kimik3_operator.status_view import render_status
 
 OWNER = Owner("k3", "llm", "uid-1")
 API = "serving.kimik3.io/v1alpha1"
@@ -270,10 +270,10 @@ def test_a_failed_download_names_the_file() -> None:
 def test_a_failed_download_is_degraded_unless_an_earlier_problem_holds_it() -> None:
     """Terminal until someone acts: Degraded=True with the download's reason, so the
     Degraded alert fires; a problem already reported keeps its place."""
+    from kimik3_operator.api.conditions import Condition
     from kimik3_operator.api.constants import ConditionType
-    from kimik3_operator.conditions import Condition
-    from kimik3_operator.observe import Observation
-    from kimik3_operator.weights.state import with_model_cache
+    from kimik3_operator.observation.model_cache import with_model_cache
+    from kimik3_operator.observation.workload import Observation
 
     failed = _state(
         job={"status": {"conditions": [{"type": "Failed", "status": "True"}]}},
@@ -658,7 +658,7 @@ def _serving_pod(name: str, component: str, group: str, worker: str, *, created:
 
 
 def test_wants_collection_only_after_the_rollout_to_this_revision() -> None:
-    from kimik3_operator.weights.state import wants_collection
+    from kimik3_operator.observation.model_cache import wants_collection
 
     ready = CacheState(
         "Ready", Reason.CACHE_READY, "", "k1", "c", "j", ready_at=NOW, old_revisions=(OLD,)
@@ -808,7 +808,7 @@ def test_a_claim_somebody_else_named_is_never_collected(kube: FakeKube) -> None:
 
 
 def test_one_pod_without_a_cache_is_not_warned_about() -> None:
-    from kimik3_operator.weights.state import every_pod_downloads
+    from kimik3_operator.observation.model_cache import every_pod_downloads
 
     assert every_pod_downloads(spec_of(parallelism={"tensor": 8})) is None
     assert every_pod_downloads(spec_of(model=CACHE)) is None

@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from conftest import spec_of
-from kimik3_operator.observe import GpuCounts, observe
+from kimik3_operator.observation.workload import GpuCounts, observe
 from kimik3_operator.runtime.gpu_ledger import GpuLedger
 
 LWS: dict[str, Any] = {"status": {"replicas": 1, "updatedReplicas": 1}}

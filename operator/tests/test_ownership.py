@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from conftest import FakeKube, key_of, resource
-from kimik3_operator.handlers.reconcile import Context, reconcile
+from kimik3_operator.controller.reconcile import Context, reconcile
 
 API = "serving.kimik3.io/v1alpha1"
 

@@ -14,9 +14,9 @@ from conftest import ROOT, FakeKube, resource, spec_of
 from kimik3_operator.api.constants import Reason
 from kimik3_operator.builders.common import Owner
 from kimik3_operator.builders.pods import pod_specs
-from kimik3_operator.handlers.admission import needed_level, predict
-from kimik3_operator.handlers.reconcile import Context, reconcile
-from kimik3_operator.pod_security import Policy, namespace_policy, violations
+from kimik3_operator.controller.admission import needed_level, predict
+from kimik3_operator.controller.reconcile import Context, reconcile
+from kimik3_operator.observation.pod_security import Policy, namespace_policy, violations
 
 OWNER = Owner("k3", "llm", "uid-1")
 COMPLIANT: dict[str, Any] = {

@@ -471,7 +471,7 @@ def test_ngram_and_draft_model_are_judged() -> None:
 
 def test_the_probe_knows_the_kimi_classes_the_table_judges() -> None:
     from kimik3_operator.api.spec import TARGET_ARCHITECTURES
-    from kimik3_operator.preflight import probe_script
+    from kimik3_operator.programs import probe as probe_script
 
     assert set(probe_script.KIMI_CLASSES) == set(TARGET_ARCHITECTURES)
 

@@ -8,7 +8,7 @@ from typing import Any
 from conftest import FakeKube, key_of, probe_report, resource, spec_of
 from kimik3_operator.builders.common import Owner
 from kimik3_operator.builders.preflight_job import build_probe_job, probe_key
-from kimik3_operator.handlers.reconcile import Context, reconcile
+from kimik3_operator.controller.reconcile import Context, reconcile
 from kimik3_operator.preflight.gate import probed_facts
 from kimik3_operator.preflight.probe import probe_state
 from kimik3_operator.preflight.report import capabilities_condition

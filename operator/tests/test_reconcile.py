@@ -6,8 +6,8 @@ import json
 from typing import Any
 
 from conftest import FakeKube, key_of, resource
-from kimik3_operator.handlers.drift import is_subset, needs_apply
-from kimik3_operator.handlers.reconcile import Context, reconcile
+from kimik3_operator.controller.drift import is_subset, needs_apply
+from kimik3_operator.controller.reconcile import Context, reconcile
 
 NOW = "2026-12-02T00:00:00Z"
 
@@ -267,7 +267,7 @@ def test_the_status_patch_removes_what_a_field_no_longer_has() -> None:
     startup kept its slowestPod once Ready, differed for ever, and bench/scale.py measured
     every resource written again at every resync."""
     from conftest import merge_patch
-    from kimik3_operator.handlers.status import status_delta
+    from kimik3_operator.controller.status import status_delta
 
     current = {
         "startup": {"phase": "LoadingWeights", "message": "1 of 2", "slowestPod": "k3-0-1"},

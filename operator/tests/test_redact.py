@@ -7,9 +7,9 @@ import logging
 import pytest
 
 from conftest import FakeKube, key_of, resource
-from kimik3_operator.conditions import Condition
-from kimik3_operator.handlers.events import build_event
-from kimik3_operator.handlers.reconcile import Context, reconcile
+from kimik3_operator.api.conditions import Condition
+from kimik3_operator.controller.reconcile import Context, reconcile
+from kimik3_operator.events import build_event
 from kimik3_operator.redact import RedactingFilter, redact
 
 SECRET = "s3cr3t-pass"

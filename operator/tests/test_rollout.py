@@ -9,12 +9,17 @@ from typing import Any
 import pytest
 
 from conftest import FakeKube, key_of, resource
-from kimik3_operator.acceptance import Acceptance, AcceptanceReading, LeaderSeries, Snapshot
 from kimik3_operator.api import constants as c
 from kimik3_operator.api.spec import CanarySpec, SpecError, parse_spec
-from kimik3_operator.handlers.reconcile import Context, reconcile
-from kimik3_operator.handlers.status import Readings
-from kimik3_operator.rollout import (
+from kimik3_operator.controller.reconcile import Context, reconcile
+from kimik3_operator.controller.status import Readings
+from kimik3_operator.observation.acceptance import (
+    Acceptance,
+    AcceptanceReading,
+    LeaderSeries,
+    Snapshot,
+)
+from kimik3_operator.observation.canary import (
     COMPLETE,
     Evidence,
     Inputs,

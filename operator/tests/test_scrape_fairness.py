@@ -10,7 +10,11 @@ from typing import Any
 import pytest
 
 from conftest import spec_of
-from kimik3_operator.acceptance import MAX_SPEC_DECODE_LINES, parse_metrics, spec_decode_lines
+from kimik3_operator.observation.acceptance import (
+    MAX_SPEC_DECODE_LINES,
+    parse_metrics,
+    spec_decode_lines,
+)
 from kimik3_operator.runtime import readers
 from kimik3_operator.runtime.readers import AcceptanceReader, scraped_leaders
 from kimik3_operator.runtime.scrapes import FairScrapes

@@ -169,7 +169,7 @@ def test_a_spec_the_store_could_not_keep_is_refused_naming_its_size() -> None:
 
 
 def test_a_leaders_samples_are_bounded_whatever_the_interval() -> None:
-    from kimik3_operator.acceptance import MAX_SAMPLES, LeaderWindow, Snapshot
+    from kimik3_operator.observation.acceptance import MAX_SAMPLES, LeaderWindow, Snapshot
 
     window = LeaderWindow()
     for second in range(MAX_SAMPLES * 2):

@@ -9,15 +9,15 @@ import pytest
 
 from conftest import FakeKube, key_of, resource
 from e2e.vllm_exporter import FakeLeader
-from kimik3_operator.acceptance import (
+from kimik3_operator.controller.reconcile import Context, reconcile
+from kimik3_operator.controller.status import Readings
+from kimik3_operator.observation.acceptance import (
     LeaderWindow,
     Snapshot,
     aggregate,
     parse_metrics,
     speculative_section,
 )
-from kimik3_operator.handlers.reconcile import Context, reconcile
-from kimik3_operator.handlers.status import Readings
 from kimik3_operator.runtime.readers import AcceptanceReader
 
 API = "serving.kimik3.io/v1alpha1"

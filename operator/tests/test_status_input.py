@@ -10,9 +10,9 @@ import pytest
 
 from conftest import FakeKube, key_of, probe_report, resource, spec_of
 from kimik3_operator.builders.preflight_job import probe_key
-from kimik3_operator.handlers.reconcile import Context, reconcile
+from kimik3_operator.controller.reconcile import Context, reconcile
+from kimik3_operator.observation.status_input import readable_status
 from kimik3_operator.preflight.probe import report_state
-from kimik3_operator.status_input import readable_status
 
 API = "serving.kimik3.io/v1alpha1"
 

@@ -36,12 +36,12 @@ CONTAINER_NAME = "vllm"
 @cache
 def _launch_script() -> str:
     """Read once: every build of a LeaderWorkerSet, at every reconcile, quotes it."""
-    return resources.files("kimik3_operator.builders").joinpath("launch_script.py").read_text()
+    return resources.files("kimik3_operator.programs").joinpath("launch.py").read_text()
 
 
 def serving_command() -> list[str]:
     """``vllm serve`` under the launcher that writes its decisive lines to the termination
-    log when it fails (builders/launch_script.py), given inline: no ConfigMap to keep."""
+    log when it fails (programs/launch.py), given inline: no ConfigMap to keep."""
     return ["python3", "-c", _launch_script(), *SERVE]
 
 

@@ -47,7 +47,7 @@ DEADLINE_SLACK_SECONDS: Final = 600
 
 
 def download_script() -> str:
-    return resources.files("kimik3_operator.weights").joinpath("download_script.py").read_text()
+    return resources.files("kimik3_operator.programs").joinpath("download.py").read_text()
 
 
 def cache_claim_name(owner: Owner, cache: ModelCacheSpec) -> str:
@@ -73,7 +73,7 @@ def deadline_seconds(cache: ModelCacheSpec) -> int:
 
 
 def download_request(spec: KimiK3DeploymentSpec) -> dict[str, Any]:
-    """The script's request: what to fetch, and how (weights/download_script.py)."""
+    """The script's request: what to fetch, and how (programs/download.py)."""
     request = _what_to_fetch(spec)
     cache = spec.model.cache
     if cache is not None:

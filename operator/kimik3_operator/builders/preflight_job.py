@@ -36,7 +36,7 @@ DEADLINE_SECONDS = 900
 
 
 def probe_script() -> str:
-    return resources.files("kimik3_operator.preflight").joinpath("probe_script.py").read_text()
+    return resources.files("kimik3_operator.programs").joinpath("probe.py").read_text()
 
 
 def probe_request(spec: KimiK3DeploymentSpec) -> dict[str, Any]:

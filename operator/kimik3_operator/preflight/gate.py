@@ -7,10 +7,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kimik3_operator.api.conditions import Condition
 from kimik3_operator.api.constants import ConditionType, Reason
 from kimik3_operator.api.spec import KimiK3DeploymentSpec
-from kimik3_operator.conditions import Condition
-from kimik3_operator.observe import Observation
+from kimik3_operator.observation.workload import Observation
 from kimik3_operator.preflight.facts import drafter_facts, target_facts
 from kimik3_operator.preflight.probe import ProbeState
 from kimik3_operator.preflight.report import (

@@ -28,7 +28,7 @@ from kimik3_operator.preflight.drafter_methods import (
     method_names,
     speculative_architectures,
 )
-from kimik3_operator.preflight.probe_script import (
+from kimik3_operator.programs.probe import (
     AUX_PP_CHECK,
     DRAFT_EP_INHERIT,
     DSPARK_DCP_REFUSAL,

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from kimik3_operator.api.constants import Reason
-from kimik3_operator.observe import IMAGE_PULL_REASONS
+from kimik3_operator.observation.workload import IMAGE_PULL_REASONS
 
 Phase = Literal["Done", "Running", "Failed", "Missing"]
 

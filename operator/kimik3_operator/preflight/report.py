@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Literal
 
+from kimik3_operator.api.conditions import Condition
 from kimik3_operator.api.constants import ConditionType, Reason
 from kimik3_operator.api.spec import KimiK3DeploymentSpec
-from kimik3_operator.conditions import Condition
 from kimik3_operator.preflight.rules import Context, Facts, Finding
 from kimik3_operator.preflight.table import format_version, resolve_version
 

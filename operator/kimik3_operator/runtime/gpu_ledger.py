@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kimik3_operator.kube import Obj
-from kimik3_operator.observe import GpuCounts
+from kimik3_operator.observation.workload import GpuCounts
 
 
 @dataclass(frozen=True)

@@ -19,11 +19,11 @@ from typing import Any
 
 from kimik3_operator import metrics
 from kimik3_operator.api import constants as c
-from kimik3_operator.conditions import now_rfc3339
+from kimik3_operator.api.conditions import now_rfc3339
 from kimik3_operator.config import Settings
-from kimik3_operator.handlers.events import post_event, too_deep_condition
-from kimik3_operator.handlers.reconcile import Context, reconcile
-from kimik3_operator.handlers.status import Readings
+from kimik3_operator.controller.reconcile import Context, reconcile
+from kimik3_operator.controller.status import Readings
+from kimik3_operator.events import post_event, too_deep_condition
 from kimik3_operator.kube import Kube, KubeError
 from kimik3_operator.runtime import decode
 from kimik3_operator.runtime.gpu_ledger import (

@@ -9,7 +9,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 
-from kimik3_operator.handlers.reconcile import namespace_labels_from_server
+from kimik3_operator.controller.reconcile import namespace_labels_from_server
 from kimik3_operator.kube import Kube
 
 TTL_SECONDS = 30.0

@@ -19,7 +19,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kimik3_operator import metrics
-from kimik3_operator.acceptance import (
+from kimik3_operator.api import constants as c
+from kimik3_operator.api.spec import KimiK3DeploymentSpec, SpecError, parse_spec
+from kimik3_operator.builders.model_cache import PROGRESS_PORT
+from kimik3_operator.kube import Kube
+from kimik3_operator.observation.acceptance import (
     MAX_POSITIONS,
     AcceptanceReading,
     LeaderWindow,
@@ -28,15 +32,7 @@ from kimik3_operator.acceptance import (
     parse_metrics,
     speculative_update,
 )
-from kimik3_operator.api import constants as c
-from kimik3_operator.api.spec import KimiK3DeploymentSpec, SpecError, parse_spec
-from kimik3_operator.builders.model_cache import PROGRESS_PORT
-from kimik3_operator.kube import Kube
-from kimik3_operator.observe import pod_ready
-from kimik3_operator.runtime.bounded_http import DEFAULT_DEADLINE_SECONDS
-from kimik3_operator.runtime.bounded_http import fetch as bounded_fetch
-from kimik3_operator.status_input import readable_status
-from kimik3_operator.weights.progress import (
+from kimik3_operator.observation.download_progress import (
     ACTIVE_PHASES,
     PROGRESS_MAX_BYTES,
     ProgressReading,
@@ -44,6 +40,10 @@ from kimik3_operator.weights.progress import (
     parse_progress,
     progress_fields,
 )
+from kimik3_operator.observation.status_input import readable_status
+from kimik3_operator.observation.workload import pod_ready
+from kimik3_operator.runtime.bounded_http import DEFAULT_DEADLINE_SECONDS
+from kimik3_operator.runtime.bounded_http import fetch as bounded_fetch
 
 log = logging.getLogger(__name__)
 Key = tuple[str, str]

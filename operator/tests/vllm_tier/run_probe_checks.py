@@ -11,19 +11,19 @@ import pathlib
 import sys
 
 sys.path.insert(0, str(pathlib.Path(sys.argv[1]).parent))
-import probe_script
+import probe
 
 
 def main() -> None:
     cases = json.load(sys.stdin)
     out = {
         name: {
-            "speculative": probe_script.check_speculative(
+            "speculative": probe.check_speculative(
                 request,
-                probe_script.config_dir(request.get("target") or {}),
-                probe_script.config_dir(request.get("drafter") or {}),
+                probe.config_dir(request.get("target") or {}),
+                probe.config_dir(request.get("drafter") or {}),
             ),
-            "serve": probe_script.check_serve(request.get("serve") or {}),
+            "serve": probe.check_serve(request.get("serve") or {}),
         }
         for name, request in cases.items()
     }

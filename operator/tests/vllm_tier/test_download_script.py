@@ -27,7 +27,7 @@ from e2e.fake_hub import FakeHub
 from .helpers import ROOT, vllm_python
 
 pytestmark = pytest.mark.vllm
-SCRIPT = ROOT / "operator" / "kimik3_operator" / "weights" / "download_script.py"
+SCRIPT = ROOT / "operator" / "kimik3_operator" / "programs" / "download.py"
 TARGET = "moonshotai/Kimi-K3-tiny"
 DRAFTER = "RedHatAI/Kimi-K3-tiny-speculator.dspark"
 WEIGHTS = 4 * 1024 * 1024

@@ -19,7 +19,7 @@ from kimik3_operator.preflight.table import load_table
 from .helpers import ROOT, vllm_python
 
 pytestmark = pytest.mark.vllm
-SCRIPT = ROOT / "operator" / "kimik3_operator" / "preflight" / "probe_script.py"
+SCRIPT = ROOT / "operator" / "kimik3_operator" / "programs" / "probe.py"
 FIXTURES = ROOT / "operator" / "tests" / "fixtures"
 
 

@@ -16,8 +16,8 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from kimik3_operator.api.conditions import Condition, find
 from kimik3_operator.api.constants import ConditionType, Reason
-from kimik3_operator.conditions import Condition, find
 
 DRAFTS = "vllm:spec_decode_num_drafts"
 DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens"

@@ -1,7 +1,7 @@
 """Fills the model cache: run by the download Job in the serving image (which has
 huggingface_hub, as vLLM needs it), never by the operator.
 
-Usage: python3 download_script.py '<request json>'
+Usage: python3 download.py '<request json>'
 Request: {"repos": [{"repo": ..., "revision": ...}], "mode": "fill" | "verify" | "collect",
           "progressPort": int, "connections": int, "chunkBytes": int,
           "minBytesPerSecond": int, "deadlineSeconds": int,

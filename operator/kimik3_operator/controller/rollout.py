@@ -8,15 +8,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kimik3_operator.acceptance import parse_rfc3339
 from kimik3_operator.api import constants as c
 from kimik3_operator.api.spec import KimiK3DeploymentSpec
 from kimik3_operator.builders.common import Owner
 from kimik3_operator.builders.leaderworkerset import Rollout, pod_templates
-from kimik3_operator.crashes import startup_failures
-from kimik3_operator.handlers.status import Readings
-from kimik3_operator.observe import Observation
-from kimik3_operator.rollout import (
+from kimik3_operator.controller.status import Readings
+from kimik3_operator.observation.acceptance import parse_rfc3339
+from kimik3_operator.observation.canary import (
     CANARY,
     HELD,
     ROLLED_BACK,
@@ -32,6 +30,8 @@ from kimik3_operator.rollout import (
     stable_of,
     track,
 )
+from kimik3_operator.observation.crashes import startup_failures
+from kimik3_operator.observation.workload import Observation
 
 
 @dataclass(frozen=True)

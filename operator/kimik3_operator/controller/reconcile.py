@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from kimik3_operator import metrics
 from kimik3_operator.api import constants as c
 from kimik3_operator.api import names
+from kimik3_operator.api.conditions import Condition, changed, now_rfc3339
 from kimik3_operator.api.constants import ConditionType, Reason
 from kimik3_operator.api.spec import KimiK3DeploymentSpec, SpecError, parse_spec
 from kimik3_operator.builders.children import build_children
@@ -36,13 +37,10 @@ from kimik3_operator.builders.preflight_job import (
     build_probe_job,
     probe_key,
 )
-from kimik3_operator.conditions import Condition, changed, now_rfc3339
-from kimik3_operator.crashes import failure_budget, parked_message, startup_failures
-from kimik3_operator.handlers.admission import predict
-from kimik3_operator.handlers.drift import needs_apply
-from kimik3_operator.handlers.events import post_event
-from kimik3_operator.handlers.rollout import RolloutStep, rollout_step, with_rollout
-from kimik3_operator.handlers.status import (
+from kimik3_operator.controller.admission import predict
+from kimik3_operator.controller.drift import needs_apply
+from kimik3_operator.controller.rollout import RolloutStep, rollout_step, with_rollout
+from kimik3_operator.controller.status import (
     Readings,
     RolloutStatus,
     desired_status,
@@ -50,15 +48,10 @@ from kimik3_operator.handlers.status import (
     speculation_update,
     status_delta,
 )
+from kimik3_operator.events import post_event
 from kimik3_operator.kube import Kube, KubeError, Obj
-from kimik3_operator.observe import Observation, blocked, invalid_spec, observe, wants_gpu_counts
-from kimik3_operator.pod_security import namespace_policy
-from kimik3_operator.preflight.gate import Gate, evaluate
-from kimik3_operator.preflight.probe import ProbeState, probe_state, report_state
-from kimik3_operator.preflight.table import load_table
-from kimik3_operator.redact import redact, redact_tree
-from kimik3_operator.status_input import with_readable_status
-from kimik3_operator.weights.state import (
+from kimik3_operator.observation.crashes import failure_budget, parked_message, startup_failures
+from kimik3_operator.observation.model_cache import (
     CacheState,
     cache_state,
     ready_since,
@@ -66,6 +59,19 @@ from kimik3_operator.weights.state import (
     wants_collection,
     with_collection,
 )
+from kimik3_operator.observation.pod_security import namespace_policy
+from kimik3_operator.observation.status_input import with_readable_status
+from kimik3_operator.observation.workload import (
+    Observation,
+    blocked,
+    invalid_spec,
+    observe,
+    wants_gpu_counts,
+)
+from kimik3_operator.preflight.gate import Gate, evaluate
+from kimik3_operator.preflight.probe import ProbeState, probe_state, report_state
+from kimik3_operator.preflight.table import load_table
+from kimik3_operator.redact import redact, redact_tree
 
 if TYPE_CHECKING:  # the runtime feeds the ledger; the reconcile only reads it
     from kimik3_operator.runtime.gpu_ledger import GpuLedger

@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kimik3_operator.api import constants as c
+from kimik3_operator.api.conditions import Condition
 from kimik3_operator.api.constants import ConditionType, Reason
 from kimik3_operator.api.spec import KimiK3DeploymentSpec
-from kimik3_operator.conditions import Condition
-from kimik3_operator.crashes import STARTUP_REASONS, startup_failures
+from kimik3_operator.observation.crashes import STARTUP_REASONS, startup_failures
 
 Obj = Mapping[str, Any]
 IMAGE_PULL_REASONS = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull")

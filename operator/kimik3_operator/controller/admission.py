@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from kimik3_operator.api.spec import KimiK3DeploymentSpec
 from kimik3_operator.builders.common import Owner
 from kimik3_operator.builders.pods import pod_specs
-from kimik3_operator.pod_security import (
+from kimik3_operator.observation.pod_security import (
     ENFORCE_LABEL,
     LEVELS,
     Level,

@@ -7,8 +7,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from kimik3_operator.api import constants as c
+from kimik3_operator.api.conditions import Condition
 from kimik3_operator.api.constants import ConditionType, Reason
-from kimik3_operator.conditions import Condition
 from kimik3_operator.kube import Kube, KubeError
 from kimik3_operator.redact import redact
 

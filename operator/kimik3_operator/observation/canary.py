@@ -16,11 +16,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from kimik3_operator.acceptance import LeaderSeries, delta_since, parse_rfc3339, rfc3339
 from kimik3_operator.api import constants as c
+from kimik3_operator.api.conditions import Condition
 from kimik3_operator.api.constants import ConditionType, Reason
 from kimik3_operator.api.spec import CanarySpec, KimiK3DeploymentSpec, SpecError, parse_spec
-from kimik3_operator.conditions import Condition
+from kimik3_operator.observation.acceptance import LeaderSeries, delta_since, parse_rfc3339, rfc3339
 
 CANARY = "Canary"
 PROMOTING = "Promoting"

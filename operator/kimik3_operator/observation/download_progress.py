@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kimik3_operator.weights.state import progress_text
+from kimik3_operator.observation.model_cache import progress_text
 
 ACTIVE_PHASES = ("Downloading", "Verifying")
 SMOOTHING = 0.5  # weight of the newest rate in the moving average

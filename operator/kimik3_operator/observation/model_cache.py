@@ -10,10 +10,10 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from kimik3_operator.api import constants as c
+from kimik3_operator.api.conditions import Condition
 from kimik3_operator.api.constants import ConditionType, Reason
 from kimik3_operator.api.spec import KimiK3DeploymentSpec
-from kimik3_operator.conditions import Condition
-from kimik3_operator.observe import IMAGE_PULL_REASONS, Observation
+from kimik3_operator.observation.workload import IMAGE_PULL_REASONS, Observation
 
 Obj = Mapping[str, Any]
 CachePhase = Literal["Pending", "Downloading", "Verifying", "Ready", "Failed"]

@@ -8,18 +8,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kimik3_operator.acceptance import AcceptanceReading, speculative_update
 from kimik3_operator.api import constants as c
 from kimik3_operator.api import names
+from kimik3_operator.api.conditions import Condition, set_condition
 from kimik3_operator.api.constants import ConditionType, Reason
 from kimik3_operator.api.spec import KimiK3DeploymentSpec
 from kimik3_operator.builders.common import Owner, selector_labels
-from kimik3_operator.conditions import Condition, set_condition
-from kimik3_operator.observe import Observation
+from kimik3_operator.observation.acceptance import AcceptanceReading, speculative_update
+from kimik3_operator.observation.download_progress import ProgressReading, with_progress
+from kimik3_operator.observation.model_cache import CacheState, cache_section, with_model_cache
+from kimik3_operator.observation.workload import Observation
 from kimik3_operator.preflight.gate import Gate, gated_observation
 from kimik3_operator.redact import redact_tree
-from kimik3_operator.weights.progress import ProgressReading, with_progress
-from kimik3_operator.weights.state import CacheState, cache_section, with_model_cache
 
 
 @dataclass(frozen=True)

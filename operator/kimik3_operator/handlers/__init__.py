@@ -1,1 +1,0 @@
-"""The kopf handlers (thin) and the reconcile they share."""
