@@ -44,7 +44,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "operator"))
 
 from kimik3_operator.api.constants import Reason  # noqa: E402 - after the path
-from kimik3_operator.api.spec import SpecError, parse_spec  # noqa: E402
+from kimik3_operator.api.parse import parse_spec  # noqa: E402
+from kimik3_operator.api.types import SpecError  # noqa: E402
 from kimik3_operator.builders.command import expanded_serve_args  # noqa: E402
 from kimik3_operator.preflight.facts import (  # noqa: E402
     KIMI_K3_CONTEXT,

@@ -31,6 +31,7 @@ from conftest import FakeKube  # noqa: E402 - the unit tier's fake API
 from conftest import resource as kk3d  # noqa: E402
 from e2e.vllm_exporter import FakeLeader  # noqa: E402
 from kimik3_operator.config import Settings  # noqa: E402
+from kimik3_operator.controller.reconcile import reconcile_for_runtime  # noqa: E402
 from kimik3_operator.observation.acceptance import parse_metrics  # noqa: E402
 from kimik3_operator.runtime import readers  # noqa: E402
 from kimik3_operator.runtime.bounded_http import DEFAULT_MAX_BYTES  # noqa: E402
@@ -89,6 +90,7 @@ def run(seconds: float, hostile: bool, fair: bool) -> float:
         api_client=None,
         settings=Settings(gpu_inventory=False, scrape_workers=4),
         acceptance=acceptance,
+        reconciler=reconcile_for_runtime,
         scrapes=None,
     )
     assert manager.scrapes is not None

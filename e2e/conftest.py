@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from e2e.play_probe import terminated_patch
-from kimik3_operator.api.spec import DEFAULT_USER as JOB_GROUP
+from kimik3_operator.api.types import DEFAULT_USER as JOB_GROUP
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 RUN = ROOT / "e2e" / ".run"

@@ -31,7 +31,7 @@ from e2e.conftest import (
     service_account_kubeconfig,
     wait_for,
 )
-from kimik3_operator.api.spec import parse_spec
+from kimik3_operator.api.parse import parse_spec
 from kimik3_operator.builders.common import Owner
 from kimik3_operator.builders.preflight_job import build_probe_job
 

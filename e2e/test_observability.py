@@ -30,7 +30,7 @@ from e2e.conftest import tools_bin
 from e2e.vllm_exporter import FakeLeader, serve
 from kimik3_operator import metrics
 from kimik3_operator.controller.reconcile import Context, reconcile
-from kimik3_operator.controller.status import Readings
+from kimik3_operator.observation.readings import Readings
 from kimik3_operator.runtime.readers import AcceptanceReader
 
 pytestmark = pytest.mark.kwok

@@ -24,7 +24,7 @@ from e2e.conftest import (
     kimi,
     wait_for,
 )
-from kimik3_operator.api.spec import parse_spec
+from kimik3_operator.api.parse import parse_spec
 from kimik3_operator.builders.common import Owner
 from kimik3_operator.builders.pods import pod_specs
 from kimik3_operator.controller.admission import predict

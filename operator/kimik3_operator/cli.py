@@ -14,16 +14,11 @@ from typing import Any, TextIO
 import yaml
 
 from kimik3_operator.api import constants as c
+from kimik3_operator.api.parse import parse_spec
 from kimik3_operator.api.schema_check import schema_errors
-from kimik3_operator.api.spec import KimiK3DeploymentSpec, parse_spec
-from kimik3_operator.builders.children import build_children
+from kimik3_operator.api.spec import KimiK3DeploymentSpec
+from kimik3_operator.builders.children import ALL_PARTS, Part, desired_children
 from kimik3_operator.builders.common import Owner
-from kimik3_operator.builders.model_cache import (
-    build_cache_claim,
-    build_download_config_map,
-    build_download_job,
-)
-from kimik3_operator.builders.preflight_job import build_probe_config_map, build_probe_job
 from kimik3_operator.observation.pod_security import LEVELS, Level, Policy
 
 
@@ -88,17 +83,8 @@ def render(
     operator holds back until the probe and the cache are done)."""
     owner = _owner(resource, namespace)
     spec = parse_spec(resource.get("spec"))
-    children: list[dict[str, Any]] = []
-    if spec.preflight.mode != "Disabled" and spec.preflight.probe and verdict != "Fail":
-        children += [build_probe_config_map(owner), build_probe_job(spec, owner)]
-    if spec.model.cache is not None:
-        claim = build_cache_claim(spec, owner)
-        children += [
-            *([claim] if claim else []),
-            build_download_config_map(owner),
-            build_download_job(spec, owner),
-        ]
-    return children + build_children(spec, owner)
+    parts: tuple[Part, ...] = ALL_PARTS if verdict != "Fail" else ("cache", "groups", "serving")
+    return desired_children(spec, owner, parts=parts)
 
 
 def _cmd_render(args: argparse.Namespace) -> int:

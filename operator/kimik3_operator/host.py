@@ -11,6 +11,7 @@ import kopf
 import prometheus_client
 
 from kimik3_operator.config import Settings
+from kimik3_operator.controller.reconcile import reconcile_for_runtime
 from kimik3_operator.kube import ApiKube
 from kimik3_operator.redact import install_log_redaction
 from kimik3_operator.runtime.leader import LeaseElector
@@ -37,7 +38,7 @@ def start(settings: kopf.OperatorSettings, **_: Any) -> None:
     acceptance = AcceptanceReader(
         window_seconds=SETTINGS.acceptance_window_seconds, url_override=SETTINGS.scrape_url
     )
-    manager = Manager(api, api.api_client, SETTINGS, acceptance)
+    manager = Manager(api, api.api_client, SETTINGS, acceptance, reconcile_for_runtime)
     if SETTINGS.lease_name:
         elector = LeaseElector(
             api,

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 from collections.abc import Mapping
 from typing import Any, Protocol
 from urllib.parse import quote
 
 from kimik3_operator.api.constants import FIELD_MANAGER
 
+log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 USER_AGENT = "kimik3-operator"
 
@@ -223,3 +225,16 @@ class ApiKube:
         path = resource_path(manifest["apiVersion"], manifest["kind"], meta.get("namespace"))
         result: Obj = self._call("POST", path, body=dict(manifest))
         return result
+
+
+def namespace_labels_from_server(kube: Kube, namespace: str) -> Mapping[str, str] | None:
+    """The namespace's labels (None: it cannot be read, so no prediction is made)."""
+    try:
+        found = kube.get_from_server("v1", "Namespace", namespace)
+    except KubeError as err:
+        log.warning("namespace %s cannot be read (%s): Pod Security not predicted", namespace, err)
+        return None
+    if found is None:
+        return None
+    labels = (found.get("metadata") or {}).get("labels") or {}
+    return {str(k): str(v) for k, v in labels.items()}

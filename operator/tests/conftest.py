@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 import yaml
 
-from kimik3_operator.api.spec import KimiK3DeploymentSpec, parse_spec
+from kimik3_operator.api.parse import parse_spec
+from kimik3_operator.api.spec import KimiK3DeploymentSpec
 from kimik3_operator.kube import Obj
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -87,7 +88,8 @@ class FakeKube:
 
     def put_job_pod(self, pod: Obj) -> None:
         """A pod as the Job controller makes it: controlled by the Job whose key label
-        (probe-key, cache-key or collect-key) it carries."""
+        (probe-key, cache-key or collect-key) it carries, with the labels of the Job's pod
+        template."""
         labels = pod["metadata"].get("labels") or {}
         for (_, kind, namespace, _), job in self.objects.items():
             job_labels = job["metadata"].get("labels") or {}
@@ -100,6 +102,8 @@ class FakeKube:
                     for key, value in labels.items()
                 )
             ):
+                template = job.get("spec", {}).get("template", {}).get("metadata", {})
+                pod["metadata"]["labels"] = {**(template.get("labels") or {}), **labels}
                 pod["metadata"]["ownerReferences"] = [
                     {
                         "apiVersion": "batch/v1",
@@ -210,3 +214,18 @@ def key_of(body: Mapping[str, Any] | None) -> tuple[str, str]:
     """The queue's key of a stored resource: what a reconcile is given."""
     assert body is not None
     return body["metadata"]["namespace"], body["metadata"]["name"]
+
+
+def settle(kube: FakeKube, key: tuple[str, str], context: Any = None, passes: int = 4) -> Any:
+    """Reconciles until a pass writes nothing (what the watches' events would do after each
+    write), and returns the first pass's result. A pass observes what the one before it
+    wrote; one that never stops writing fails."""
+    from kimik3_operator.controller.reconcile import reconcile
+
+    first = reconcile(kube, key, context)
+    for _ in range(passes):
+        before = len(kube.writes)
+        reconcile(kube, key, context)
+        if len(kube.writes) == before:
+            return first
+    raise AssertionError(f"still writing after {passes + 1} reconciles: {kube.writes[-5:]}")

@@ -7,9 +7,8 @@ from typing import Any
 
 from conftest import spec_of
 from kimik3_operator.api.constants import SPEC_HASH_ANNOTATION, TEMPLATE_HASH_LABEL
-from kimik3_operator.api.pairing import resolve_drafter
 from kimik3_operator.api.spec import KimiK3DeploymentSpec
-from kimik3_operator.builders.children import build_children
+from kimik3_operator.builders.children import Part, desired_children
 from kimik3_operator.builders.command import serve_args
 from kimik3_operator.builders.common import Owner
 from kimik3_operator.builders.health_checks import startup_budget_seconds
@@ -17,11 +16,14 @@ from kimik3_operator.builders.leaderworkerset import build_leader_worker_set
 from kimik3_operator.builders.podmonitor import build_pod_monitor
 from kimik3_operator.builders.service import build_service
 
+# The LeaderWorkerSet, its Service and PodMonitor.
+SERVED: tuple[Part, ...] = ("groups", "serving")
+
 OWNER = Owner("k3", "llm", "uid-1")
 
 
 def lws_of(spec: KimiK3DeploymentSpec) -> dict[str, Any]:
-    return build_leader_worker_set(spec, OWNER, resolve_drafter(spec))
+    return build_leader_worker_set(spec, OWNER, spec.paired_drafter)
 
 
 def container(template: dict[str, Any]) -> dict[str, Any]:
@@ -71,7 +73,7 @@ def test_leader_and_worker_commands_differ_in_rank_and_headless() -> None:
 
 
 def test_speculative_config_names_the_method_explicitly() -> None:
-    args = serve_args(spec_of(), resolve_drafter(spec_of()), "leader")
+    args = serve_args(spec_of(), spec_of().paired_drafter, "leader")
     config = json.loads(flag(args, "--speculative-config") or "{}")
     assert config == {
         "method": "dspark",
@@ -93,7 +95,7 @@ def test_given_drafter_settings_pass_through() -> None:
         }
     )
     config = json.loads(
-        flag(serve_args(spec, resolve_drafter(spec), "leader"), "--speculative-config") or "{}"
+        flag(serve_args(spec, spec.paired_drafter, "leader"), "--speculative-config") or "{}"
     )
     assert config == {
         "method": "eagle3",
@@ -106,7 +108,7 @@ def test_given_drafter_settings_pass_through() -> None:
 
 def test_no_drafter_means_no_speculative_config() -> None:
     spec = spec_of(drafter={"method": "none"})
-    assert "--speculative-config" not in serve_args(spec, resolve_drafter(spec), "leader")
+    assert "--speculative-config" not in serve_args(spec, spec.paired_drafter, "leader")
 
 
 def test_single_node_group_has_no_multi_node_flags() -> None:
@@ -249,7 +251,7 @@ def test_pod_monitor_scrapes_leader_metrics() -> None:
 
 
 def test_children_carry_owner_labels_and_hash() -> None:
-    children = build_children(spec_of(), OWNER)
+    children = desired_children(spec_of(), OWNER, parts=SERVED)
     assert [c["kind"] for c in children] == ["LeaderWorkerSet", "Service", "PodMonitor"]
     for child in children:
         meta = child["metadata"]
@@ -267,28 +269,32 @@ def test_children_carry_owner_labels_and_hash() -> None:
         assert meta["labels"]["app.kubernetes.io/instance"] == "k3"
         assert meta["namespace"] == "llm"
         assert SPEC_HASH_ANNOTATION in meta["annotations"]
-    no_monitor = build_children(spec_of(monitoring={"podMonitor": False}), OWNER)
+    no_monitor = desired_children(spec_of(monitoring={"podMonitor": False}), OWNER, parts=SERVED)
     assert [c["kind"] for c in no_monitor] == ["LeaderWorkerSet", "Service"]
-    no_crd = build_children(spec_of(), OWNER, pod_monitor_available=False)
+    no_crd = desired_children(spec_of(), OWNER, pod_monitor_available=False, parts=SERVED)
     assert [c["kind"] for c in no_crd] == ["LeaderWorkerSet", "Service"]
 
 
 def test_hash_changes_with_the_spec() -> None:
     def lws_hash(spec: KimiK3DeploymentSpec) -> str:
-        return str(build_children(spec, OWNER)[0]["metadata"]["annotations"][SPEC_HASH_ANNOTATION])
+        return str(
+            desired_children(spec, OWNER, parts=SERVED)[0]["metadata"]["annotations"][
+                SPEC_HASH_ANNOTATION
+            ]
+        )
 
     assert lws_hash(spec_of()) == lws_hash(spec_of())
     assert lws_hash(spec_of()) != lws_hash(spec_of(engine={"image": "vllm/vllm-openai:v0.34.0"}))
 
 
 def test_pairing_fills_the_known_drafter() -> None:
-    paired = resolve_drafter(spec_of())
+    paired = spec_of().paired_drafter
     assert paired is not None and paired.auto_paired
     assert paired.repo == "RedHatAI/Kimi-K3-speculator.dspark"
-    given = resolve_drafter(spec_of(drafter={"repo": "Inferact/Kimi-K3-DSpark"}))
+    given = spec_of(drafter={"repo": "Inferact/Kimi-K3-DSpark"}).paired_drafter
     assert given is not None and not given.auto_paired
-    assert resolve_drafter(spec_of(drafter={"method": "none"})) is None
-    unknown = resolve_drafter(spec_of(model={"repo": "me/other"}))
+    assert spec_of(drafter={"method": "none"}).paired_drafter is None
+    unknown = spec_of(model={"repo": "me/other"}).paired_drafter
     assert unknown is not None and unknown.repo == ""
 
 
@@ -469,7 +475,7 @@ def test_no_pod_setting_changes_what_the_preflight_judged() -> None:
 def test_pod_settings_that_would_override_the_operators_are_refused() -> None:
     import pytest
 
-    from kimik3_operator.api.spec import SpecError
+    from kimik3_operator.api.types import SpecError
 
     for pod, named in (
         ({"labels": {"app.kubernetes.io/instance": "other"}}, "spec.pod.labels"),
@@ -487,7 +493,7 @@ def test_pod_settings_that_would_override_the_operators_are_refused() -> None:
 
 
 def test_a_group_across_nodes_without_a_fabric_is_told_never_refused() -> None:
-    from kimik3_operator.controller.status import fabric_condition
+    from kimik3_operator.controller.conditions import fabric_condition
 
     assert fabric_condition(spec_of(parallelism={"tensor": 8})) is None, "one node: no fabric"
     bare = fabric_condition(spec_of())

@@ -15,11 +15,14 @@ import pytest
 
 from conftest import FakeKube, key_of, resource, spec_of
 from kimik3_operator.api.constants import Reason
-from kimik3_operator.builders.children import build_children
+from kimik3_operator.builders.children import Part, desired_children
 from kimik3_operator.builders.common import Owner
 from kimik3_operator.controller.reconcile import Context, reconcile
 from kimik3_operator.observation.crashes import classify, failure_budget, startup_failures
 from kimik3_operator.programs import launch as launch_script
+
+# The LeaderWorkerSet, its Service and PodMonitor.
+SERVED: tuple[Part, ...] = ("groups", "serving")
 
 API = "serving.kimik3.io/v1alpha1"
 LWS = "leaderworkerset.x-k8s.io/v1"
@@ -158,7 +161,7 @@ def test_the_budget_counts_new_runs_parks_when_spent_and_starts_afresh() -> None
 
 def test_serving_containers_leave_their_last_lines_in_the_status() -> None:
     spec = {"parallelism": {"tensor": 16}, "preflight": {"probe": False}}
-    children = build_children(spec_of(**spec), Owner("k3", "llm", "uid-1"))
+    children = desired_children(spec_of(**spec), Owner("k3", "llm", "uid-1"), parts=SERVED)
     lws = next(c for c in children if c["kind"] == "LeaderWorkerSet")
     template = lws["spec"]["leaderWorkerTemplate"]
     for role in ("leaderTemplate", "workerTemplate"):

@@ -15,6 +15,7 @@ import pytest
 
 from conftest import FakeKube, resource
 from kimik3_operator.config import Settings
+from kimik3_operator.controller.reconcile import reconcile_for_runtime
 from kimik3_operator.observation.acceptance import LeaderWindow, aggregate, parse_metrics
 from kimik3_operator.observation.download_progress import parse_progress
 from kimik3_operator.runtime.bounded_http import FetchError, fetch
@@ -273,6 +274,7 @@ def test_a_slow_leader_does_not_hold_the_periodic_loop() -> None:
         api_client=None,
         settings=Settings(gpu_inventory=False, scrape_workers=2),
         acceptance=AcceptanceReader(fetch=stuck),
+        reconciler=reconcile_for_runtime,
     )
     for name in ("a", "b"):
         body = resource(name, drafter={"method": "eagle3", "repo": "x/y"})

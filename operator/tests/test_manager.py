@@ -277,7 +277,8 @@ def test_the_store_keeps_what_the_operator_reads_and_no_more() -> None:
 def test_a_resource_over_its_bounds_is_kept_as_refused_not_whole() -> None:
     """A spec stored before the schema's totals, or a status the operator did not write,
     at 1 MiB: the store keeps a few bytes, and the reconcile reads a refusal naming why."""
-    from kimik3_operator.api.spec import SpecError, parse_spec
+    from kimik3_operator.api.parse import parse_spec
+    from kimik3_operator.api.types import SpecError
     from kimik3_operator.runtime.store import Store
 
     store = Store()
@@ -397,6 +398,7 @@ def test_workers_start_only_once_every_watch_has_listed() -> None:
     import time
 
     from kimik3_operator.config import Settings
+    from kimik3_operator.controller.reconcile import reconcile_for_runtime
     from kimik3_operator.runtime.manager import Manager
     from kimik3_operator.runtime.readers import AcceptanceReader
 
@@ -406,6 +408,7 @@ def test_workers_start_only_once_every_watch_has_listed() -> None:
         api_client=None,
         settings=Settings(gpu_inventory=False),
         acceptance=AcceptanceReader(),
+        reconciler=reconcile_for_runtime,
     )
     controller.build_informers = lambda: [silent]  # type: ignore[method-assign, list-item]
     controller.start(sync_timeout=0.1)
@@ -483,6 +486,7 @@ class Reader:
 def test_a_reading_that_would_change_the_status_enqueues_only_that_resource() -> None:
     """The readers never write: the manager enqueues the resource, its reconcile writes."""
     from kimik3_operator.config import Settings
+    from kimik3_operator.controller.reconcile import reconcile_for_runtime
     from kimik3_operator.runtime.manager import Manager
 
     api = FakeKube()
@@ -491,6 +495,7 @@ def test_a_reading_that_would_change_the_status_enqueues_only_that_resource() ->
         api_client=None,
         settings=Settings(gpu_inventory=False),
         acceptance=Reader({"moved"}),  # type: ignore[arg-type]
+        reconciler=reconcile_for_runtime,
         progress=Reader(set()),  # type: ignore[arg-type]
     )
     manager.set_active(True)

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from conftest import FakeKube, key_of, resource, spec_of
+from conftest import FakeKube, key_of, resource, settle, spec_of
 from kimik3_operator.api.constants import Reason
-from kimik3_operator.api.pairing import resolve_drafter
-from kimik3_operator.api.spec import SpecError, parse_spec
+from kimik3_operator.api.parse import parse_spec
+from kimik3_operator.api.types import SpecError
 from kimik3_operator.builders.common import Owner
 from kimik3_operator.builders.health_checks import startup_budget_seconds
 from kimik3_operator.builders.leaderworkerset import build_leader_worker_set
@@ -26,7 +26,6 @@ from kimik3_operator.builders.model_cache import (
 )
 from kimik3_operator.builders.preflight_job import build_probe_job
 from kimik3_operator.controller.reconcile import Context, reconcile
-from kimik3_operator.controller.status import Readings
 from kimik3_operator.observation.download_progress import Sample, next_sample, progress_fields
 from kimik3_operator.observation.model_cache import (
     CacheState,
@@ -35,6 +34,7 @@ from kimik3_operator.observation.model_cache import (
     progress_text,
     startup_section,
 )
+from kimik3_operator.observation.readings import Readings
 from kimik3_operator.runtime.readers import ProgressReader
 from kimik3_operator.status_view import render_status
 
@@ -77,7 +77,7 @@ def test_download_job_fetches_target_and_drafter_at_their_revisions() -> None:
     job = build_download_job(spec, OWNER)
     container = _container(job)
     request = json.loads(container["args"][0])
-    drafter = resolve_drafter(spec)
+    drafter = spec.paired_drafter
     assert drafter is not None
     assert request["repos"] == [
         {"repo": "moonshotai/Kimi-K3", "revision": "v1.0"},
@@ -140,7 +140,7 @@ def test_jobs_run_where_placement_jobs_says() -> None:
 
 def test_serving_pods_read_the_cache_read_only_and_offline() -> None:
     spec = spec_of(model=CACHE)
-    lws = build_leader_worker_set(spec, OWNER, resolve_drafter(spec), weight_bytes=10**12)
+    lws = build_leader_worker_set(spec, OWNER, spec.paired_drafter, weight_bytes=10**12)
     template = lws["spec"]["leaderWorkerTemplate"]
     for role in ("leaderTemplate", "workerTemplate"):
         pod = template[role]["spec"]
@@ -164,7 +164,7 @@ def test_startup_budget_follows_the_cache() -> None:
     assert cached == 900 + 1_700_000_000_000 // 2 // 1_000_000_000
     assert measured == 900 + 400 * 10**9 // 2 // 1_000_000_000
     spec = spec_of(model=CACHE)
-    lws = build_leader_worker_set(spec, OWNER, resolve_drafter(spec), weight_bytes=400 * 10**9)
+    lws = build_leader_worker_set(spec, OWNER, spec.paired_drafter, weight_bytes=400 * 10**9)
     probe = lws["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]["containers"][0]
     assert probe["startupProbe"]["failureThreshold"] == -(-measured // 30)
 
@@ -272,8 +272,11 @@ def test_a_failed_download_is_degraded_unless_an_earlier_problem_holds_it() -> N
     Degraded alert fires; a problem already reported keeps its place."""
     from kimik3_operator.api.conditions import Condition
     from kimik3_operator.api.constants import ConditionType
-    from kimik3_operator.observation.model_cache import with_model_cache
+    from kimik3_operator.controller.conditions import Findings, final_conditions
     from kimik3_operator.observation.workload import Observation
+
+    def with_model_cache(pods: Observation, cache: Any) -> Observation:
+        return final_conditions(Findings(pods=pods, cache=cache))
 
     failed = _state(
         job={"status": {"conditions": [{"type": "Failed", "status": "True"}]}},
@@ -432,6 +435,7 @@ def test_no_serving_pod_before_the_cache_is_ready(kube: FakeKube) -> None:
     status = kube.get(API, "KimiK3Deployment", "k3", "llm")["status"]
     assert status["modelCache"]["phase"] == "Ready" and status["modelCache"]["bytesTotal"] == 10**12
     assert next(c for c in status["conditions"] if c["type"] == "ModelCached")["status"] == "True"
+    settle(kube, ("llm", "k3"), Context(clock=clock))
     kube.writes.clear()
     again = reconcile(
         kube, key_of(kube.get(API, "KimiK3Deployment", "k3", "llm")), Context(clock=clock)

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from conftest import ROOT, FakeKube, resource, spec_of
+from conftest import ROOT, FakeKube, resource, settle, spec_of
 from kimik3_operator.api.constants import Reason
 from kimik3_operator.builders.common import Owner
 from kimik3_operator.builders.pods import pod_specs
@@ -194,7 +194,7 @@ def test_the_reconcile_refuses_before_any_child_and_names_the_fix() -> None:
     assert status["reason"] == Reason.POD_SECURITY_REFUSED
     # Relabelled, the same spec deploys; a second pass writes nothing.
     kube.put(_namespace({"pod-security.kubernetes.io/enforce": "privileged"}))
-    assert any(a.startswith("LeaderWorkerSet/") for a in reconcile(kube, ("llm", "k3")).applied)
+    assert any(a.startswith("LeaderWorkerSet/") for a in settle(kube, ("llm", "k3")).applied)
     kube.writes.clear()
     reconcile(kube, ("llm", "k3"))
     assert kube.writes == []

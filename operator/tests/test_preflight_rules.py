@@ -11,7 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import spec_of
-from kimik3_operator.api.spec import SpecError, parse_spec
+from kimik3_operator.api.parse import parse_spec
+from kimik3_operator.api.types import SpecError
 from kimik3_operator.preflight.facts import drafter_facts, target_facts
 from kimik3_operator.preflight.report import verdict
 from kimik3_operator.preflight.rules import Facts, Finding, run_rules
@@ -470,7 +471,7 @@ def test_ngram_and_draft_model_are_judged() -> None:
 
 
 def test_the_probe_knows_the_kimi_classes_the_table_judges() -> None:
-    from kimik3_operator.api.spec import TARGET_ARCHITECTURES
+    from kimik3_operator.api.types import TARGET_ARCHITECTURES
     from kimik3_operator.programs import probe as probe_script
 
     assert set(probe_script.KIMI_CLASSES) == set(TARGET_ARCHITECTURES)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from conftest import FakeKube, key_of, probe_report, resource, spec_of
+from conftest import FakeKube, key_of, probe_report, resource, settle, spec_of
 from kimik3_operator.builders.common import Owner
 from kimik3_operator.builders.preflight_job import build_probe_job, probe_key
 from kimik3_operator.controller.reconcile import Context, reconcile
@@ -169,6 +169,7 @@ def test_probe_runs_first_then_its_report_deploys(kube: FakeKube) -> None:
     assert caps["source"] == "Probe" and caps["probe"]["key"] == key
     assert caps["supportsEagle3"] is True
     # recorded: later reconciles neither reread the pod nor write anything
+    settle(kube, ("llm", "k3"), Context(clock=clock))
     kube.objects = {k: v for k, v in kube.objects.items() if v.get("kind") != "Pod"}
     kube.writes.clear()
     again(kube)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from conftest import FakeKube, key_of, resource
+from conftest import FakeKube, key_of, resource, settle
 from kimik3_operator.controller.drift import is_subset, needs_apply
 from kimik3_operator.controller.reconcile import Context, reconcile
 
@@ -55,10 +55,14 @@ def test_first_reconcile_applies_children_and_status(kube: FakeKube) -> None:
     assert "Degraded=False/AsExpected" in result.events
 
 
-def test_second_reconcile_writes_nothing(kube: FakeKube) -> None:
+def test_a_reconcile_that_changes_nothing_writes_nothing(kube: FakeKube) -> None:
+    """The first pass creates the children, the second writes what it observes of them;
+    from then on, with nothing changed, a pass writes nothing (a later clock included)."""
     body = stored(kube, resource())
     kube.put(body)
     reconcile(kube, key_of(body), Context(clock=clock))
+    observed = reconcile(kube, key_of(body), Context(clock=clock))
+    assert observed.applied == [], "the children were right the first time"
     kube.writes.clear()
     again = kube.get("serving.kimik3.io/v1alpha1", "KimiK3Deployment", "k3", "llm")
     result = reconcile(kube, key_of(again), Context(clock=lambda: "2026-12-02T01:00:00Z"))
@@ -154,8 +158,10 @@ def test_the_pod_monitor_carries_the_operators_labels_for_a_selecting_prometheus
     monitor = kube.get("monitoring.coreos.com/v1", "PodMonitor", "k3", "llm")
     assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
     assert monitor["metadata"]["labels"]["app.kubernetes.io/instance"] == "k3"
+    settle(kube, key_of(body), context)
+    kube.writes.clear()
     again = reconcile(kube, key_of(body), context)
-    assert again.applied == [] and not again.status_written
+    assert again.applied == [] and not again.status_written and kube.writes == []
 
 
 def test_groups_asked_for_ready_and_the_start_up_phase_are_metrics(kube: FakeKube) -> None:

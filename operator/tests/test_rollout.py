@@ -10,9 +10,9 @@ import pytest
 
 from conftest import FakeKube, key_of, resource
 from kimik3_operator.api import constants as c
-from kimik3_operator.api.spec import CanarySpec, SpecError, parse_spec
+from kimik3_operator.api.parse import parse_spec
+from kimik3_operator.api.types import CanarySpec, SpecError
 from kimik3_operator.controller.reconcile import Context, reconcile
-from kimik3_operator.controller.status import Readings
 from kimik3_operator.observation.acceptance import (
     Acceptance,
     AcceptanceReading,
@@ -31,6 +31,7 @@ from kimik3_operator.observation.canary import (
     stable_of,
     track,
 )
+from kimik3_operator.observation.readings import Readings
 
 WINDOW = 60.0
 READY = Evidence(canary_ready=True, all_updated=False)

@@ -7,7 +7,9 @@ import types
 import typing
 from typing import Any, Literal, Union, get_args, get_origin
 
-from kimik3_operator.api.spec import KimiK3DeploymentSpec, _parse_dataclass, json_name
+from kimik3_operator.api.parse import _parse_dataclass
+from kimik3_operator.api.spec import KimiK3DeploymentSpec
+from kimik3_operator.api.types import json_name
 
 
 def _schema(crd: dict[str, Any]) -> dict[str, Any]:

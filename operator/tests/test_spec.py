@@ -2,13 +2,9 @@ from __future__ import annotations
 
 import pytest
 
-from kimik3_operator.api.spec import (
-    HuggingFaceSource,
-    KimiK3DeploymentSpec,
-    ModelSource,
-    SpecError,
-    parse_spec,
-)
+from kimik3_operator.api.parse import parse_spec
+from kimik3_operator.api.spec import KimiK3DeploymentSpec
+from kimik3_operator.api.types import HuggingFaceSource, ModelSource, SpecError
 
 
 def test_empty_spec_gets_every_default() -> None:
@@ -117,7 +113,8 @@ def test_rollout_takes_percentages() -> None:
 def test_a_rollout_value_that_is_neither_a_count_nor_a_percentage_is_refused() -> None:
     import pytest
 
-    from kimik3_operator.api.spec import SpecError, parse_spec
+    from kimik3_operator.api.parse import parse_spec
+    from kimik3_operator.api.types import SpecError
 
     with pytest.raises(SpecError, match=r"spec.rollout.maxUnavailable='x%'.*25%"):
         parse_spec({"rollout": {"maxUnavailable": "x%"}})
@@ -129,7 +126,8 @@ def test_a_rollout_value_that_is_neither_a_count_nor_a_percentage_is_refused() -
 def test_a_control_character_that_cannot_reach_a_child_is_refused_with_its_field() -> None:
     import pytest
 
-    from kimik3_operator.api.spec import SpecError, parse_spec
+    from kimik3_operator.api.parse import parse_spec
+    from kimik3_operator.api.types import SpecError
 
     with pytest.raises(SpecError, match=r"spec.engine.env\[0\].value.*control character"):
         parse_spec({"engine": {"env": [{"name": "A", "value": "x\x01y"}]}})
@@ -138,7 +136,7 @@ def test_a_control_character_that_cannot_reach_a_child_is_refused_with_its_field
 
 def test_a_canary_window_past_six_hours_is_refused_naming_the_field() -> None:
     """Each leader's samples are kept for the canary's window: the window bounds them."""
-    from kimik3_operator.api.spec import parse_spec
+    from kimik3_operator.api.parse import parse_spec
 
     assert parse_spec({"rollout": {"canary": {"window": "6h"}}}).rollout.canary is not None
     with pytest.raises(SpecError, match=r"spec\.rollout\.canary\.window='7h'.*6h"):
@@ -148,7 +146,7 @@ def test_a_canary_window_past_six_hours_is_refused_naming_the_field() -> None:
 def test_env_values_over_64_kib_together_are_refused_naming_the_field_and_fix() -> None:
     """The CRD's CEL rule, checked again for resources stored before it: what the operator
     holds of each resource is bounded."""
-    from kimik3_operator.api.spec import parse_spec
+    from kimik3_operator.api.parse import parse_spec
 
     fits = [{"name": f"V{i}", "value": "x" * 16384} for i in range(4)]
     assert len(parse_spec({"engine": {"env": fits}}).engine.env) == 4
@@ -162,7 +160,7 @@ def test_env_values_over_64_kib_together_are_refused_naming_the_field_and_fix() 
 
 def test_a_spec_the_store_could_not_keep_is_refused_naming_its_size() -> None:
     from kimik3_operator.api.constants import OVERSIZED_SPEC_KEY
-    from kimik3_operator.api.spec import parse_spec
+    from kimik3_operator.api.parse import parse_spec
 
     with pytest.raises(SpecError, match=r"spec='1200000 bytes': is over 256 KiB.*engine\.env"):
         parse_spec({OVERSIZED_SPEC_KEY: 1200000})

@@ -10,7 +10,6 @@ import pytest
 from conftest import FakeKube, key_of, resource
 from e2e.vllm_exporter import FakeLeader
 from kimik3_operator.controller.reconcile import Context, reconcile
-from kimik3_operator.controller.status import Readings
 from kimik3_operator.observation.acceptance import (
     LeaderWindow,
     Snapshot,
@@ -18,6 +17,7 @@ from kimik3_operator.observation.acceptance import (
     parse_metrics,
     speculative_section,
 )
+from kimik3_operator.observation.readings import Readings
 from kimik3_operator.runtime.readers import AcceptanceReader
 
 API = "serving.kimik3.io/v1alpha1"

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from conftest import FakeKube, key_of, probe_report, resource, spec_of
+from conftest import FakeKube, key_of, probe_report, resource, settle, spec_of
 from kimik3_operator.builders.preflight_job import probe_key
 from kimik3_operator.controller.reconcile import Context, reconcile
 from kimik3_operator.observation.status_input import readable_status
@@ -60,7 +60,8 @@ def test_a_malformed_status_never_stops_the_reconcile(kube: FakeKube, status: An
     assert isinstance(stored["status"]["modelCache"], dict)
     warned = [w for w in kube.writes if w[:2] == ("create", "Event")]
     assert warned
-    # Healed: the next reconcile finds nothing to ignore and writes nothing.
+    # Healed: the next reconciles find nothing to ignore, and end writing nothing.
+    settle(kube, ("llm", "k3"), Context(clock=clock))
     kube.writes.clear()
     reconcile(
         kube, key_of(kube.get(API, "KimiK3Deployment", "k3", "llm") or {}), Context(clock=clock)
@@ -128,6 +129,7 @@ def test_the_report_is_kept_on_the_job_and_outlives_the_pod(kube: FakeKube) -> N
     assert "LeaderWorkerSet/k3" in result.applied
     job = next(o for k, o in kube.objects.items() if k[1] == "Job")
     assert json.loads(job["metadata"]["annotations"]["serving.kimik3.io/probe-report"])
+    settle(kube, ("llm", "k3"), Context(clock=clock))
     kube.delete("v1", "Pod", "probe-1", "llm")
     kube.writes.clear()
     reconcile(

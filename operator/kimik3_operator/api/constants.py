@@ -231,3 +231,6 @@ OWNED_FLAGS: Final = (
     "--spec-tokens",
     "--config",
 )
+
+# A container waiting for its image with one of these will not start by itself.
+IMAGE_PULL_REASONS = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull")

@@ -7,15 +7,14 @@ DSpark drafter known for that target. Values are the Kimi-K3 recipe's.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
-if TYPE_CHECKING:  # the spec reads its paired drafter from here: no import cycle at run time
-    from kimik3_operator.api.spec import (
-        DrafterMethod,
-        KimiK3DeploymentSpec,
-        RejectionSampleMethod,
-        SampleMethod,
-    )
+from kimik3_operator.api.types import (
+    DrafterMethod,
+    DrafterSpec,
+    RejectionSampleMethod,
+    SampleMethod,
+)
 
 
 @dataclass(frozen=True)
@@ -89,17 +88,16 @@ class ResolvedDrafter:
         return config
 
 
-def resolve_drafter(spec: KimiK3DeploymentSpec) -> ResolvedDrafter | None:
+def resolve_drafter(model_repo: str, drafter: DrafterSpec) -> ResolvedDrafter | None:
     """The drafter to run, or None for ``method: none``. Read it as ``spec.paired_drafter``,
     which resolves it once per parsed spec.
 
     A method that needs a separate drafter checkpoint but has no repo and no known
     pairing keeps an empty repo; the preflight reports that as ``DrafterNotFound``.
     """
-    drafter = spec.drafter
     if drafter.method == "none":
         return None
-    known = KNOWN_DRAFTERS.get(spec.model.repo)
+    known = KNOWN_DRAFTERS.get(model_repo)
     named = drafter.repo or drafter.source is not None
     if named or drafter.method == "mtp" or known is None or known.method != drafter.method:
         pvc = drafter.source.pvc if drafter.source is not None else None

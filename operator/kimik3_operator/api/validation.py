@@ -14,12 +14,8 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from kimik3_operator.api.quantities import quantity_bytes
-from kimik3_operator.api.spec import (
-    KimiK3DeploymentSpec,
-    SpecError,
-    duration_seconds,
-    json_name,
-)
+from kimik3_operator.api.spec import KimiK3DeploymentSpec
+from kimik3_operator.api.types import SpecError, duration_seconds, json_name
 
 PERCENT = re.compile(r"^[0-9]+%$")
 # The CRD's patterns for spec.model.architecture and spec.drafter.source.pvc.path.

@@ -10,7 +10,8 @@ from typing import Any, Final
 
 from kimik3_operator.api import constants as c
 from kimik3_operator.api.pairing import DRAFTER_MOUNT
-from kimik3_operator.api.spec import DEFAULT_USER, KimiK3DeploymentSpec
+from kimik3_operator.api.spec import KimiK3DeploymentSpec
+from kimik3_operator.api.types import DEFAULT_USER
 
 
 @dataclass(frozen=True)

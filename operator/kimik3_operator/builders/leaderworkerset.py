@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 from math import ceil
@@ -64,6 +65,8 @@ class Rollout:
     # the stable one); the number of groups and the rollout settings stay the resource's.
     pods_from: KimiK3DeploymentSpec | None = None
     pods_weight_bytes: int | None = None
+    # The leaderWorkerTemplate already built for these pods (the rollout step hashes it).
+    template: Mapping[str, Any] | None = field(default=None, compare=False)
 
 
 NO_ROLLOUT = Rollout()
@@ -82,7 +85,9 @@ def build_leader_worker_set(
         meta["annotations"] = {c.LWS_EXCLUSIVE_TOPOLOGY: spec.placement.topology_key}
     if rollout.stable:
         meta.setdefault("annotations", {})[c.STABLE_SPEC_ANNOTATION] = rollout.stable
-    if rollout.pods_from is None:
+    if rollout.template is not None:
+        template = copy.deepcopy(dict(rollout.template))
+    elif rollout.pods_from is None:
         template = pod_templates(spec, owner, drafter, weight_bytes)
     else:
         source = rollout.pods_from

@@ -19,7 +19,8 @@ from typing import Any, Final
 from kimik3_operator.api import constants as c
 from kimik3_operator.api import names
 from kimik3_operator.api.quantities import quantity_bytes
-from kimik3_operator.api.spec import KimiK3DeploymentSpec, ModelCacheSpec
+from kimik3_operator.api.spec import KimiK3DeploymentSpec
+from kimik3_operator.api.types import ModelCacheSpec
 from kimik3_operator.builders.common import (
     JOB_TMP_SIZE,
     Owner,

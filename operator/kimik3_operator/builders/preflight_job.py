@@ -11,7 +11,8 @@ from typing import Any
 
 from kimik3_operator.api import constants as c
 from kimik3_operator.api import names
-from kimik3_operator.api.spec import TARGET_ARCHITECTURES, KimiK3DeploymentSpec
+from kimik3_operator.api.spec import KimiK3DeploymentSpec
+from kimik3_operator.api.types import TARGET_ARCHITECTURES
 from kimik3_operator.builders.command import (
     MODEL_MOUNT,
     Role,

@@ -12,7 +12,6 @@ from kimik3_operator.api import constants as c
 from kimik3_operator.api.spec import KimiK3DeploymentSpec
 from kimik3_operator.builders.common import Owner
 from kimik3_operator.builders.leaderworkerset import Rollout, pod_templates
-from kimik3_operator.controller.status import Readings
 from kimik3_operator.observation.acceptance import parse_rfc3339
 from kimik3_operator.observation.canary import (
     CANARY,
@@ -31,7 +30,7 @@ from kimik3_operator.observation.canary import (
     track,
 )
 from kimik3_operator.observation.crashes import startup_failures
-from kimik3_operator.observation.workload import Observation
+from kimik3_operator.observation.readings import Readings
 
 
 @dataclass(frozen=True)
@@ -46,10 +45,8 @@ class RolloutStep:
         return not self.plan.use_stable and phase not in (CANARY, HELD, ROLLED_BACK)
 
 
-def _hash(spec: KimiK3DeploymentSpec, owner: Owner, weight_bytes: int | None) -> str:
-    template = pod_templates(spec, owner, spec.paired_drafter, weight_bytes)
-    labels = template["workerTemplate"]["metadata"]["labels"]
-    return str(labels[c.TEMPLATE_HASH_LABEL])
+def _hash(template: Mapping[str, Any]) -> str:
+    return str(template["workerTemplate"]["metadata"]["labels"][c.TEMPLATE_HASH_LABEL])
 
 
 def _group(pod: Mapping[str, Any]) -> int | None:
@@ -79,8 +76,18 @@ def rollout_step(
     raw = body.get("spec") or {}
     record = (body.get("status") or {}).get("rollout") or {}
     stable: Stable | None = stable_of(live_lws) if live_lws is not None else None
-    desired = _hash(spec, owner, weight_bytes)
-    stable_hash = _hash(stable.spec, owner, stable.weight_bytes) if stable is not None else None
+    # Built once a pass: the stable pods' template only when they differ from the spec's.
+    desired_template = pod_templates(spec, owner, spec.paired_drafter, weight_bytes)
+    stable_template: Mapping[str, Any] | None = None
+    if stable is not None:
+        same = stable.spec == spec and stable.weight_bytes == weight_bytes
+        stable_template = (
+            desired_template
+            if same
+            else pod_templates(stable.spec, owner, stable.spec.paired_drafter, stable.weight_bytes)
+        )
+    desired = _hash(desired_template)
+    stable_hash = _hash(stable_template) if stable_template is not None else None
     canary = spec.rollout.canary
     size = spec.nodes_per_replica
     updated = groups_on(pods, desired, size)
@@ -135,17 +142,6 @@ def rollout_step(
         stable=annotation,
         pods_from=stable.spec if step.use_stable and stable is not None else None,
         pods_weight_bytes=stable.weight_bytes if stable is not None else None,
+        template=stable_template if step.use_stable and stable is not None else desired_template,
     )
     return RolloutStep(render, step)
-
-
-def with_rollout(observation: Observation, step: RolloutStep) -> Observation:
-    """The observation with the canary's condition, when the step set one."""
-    if step.plan.condition is None:
-        return observation
-    return Observation(
-        observation.ready_replicas,
-        (*observation.conditions, step.plan.condition),
-        observation.summary_reason,
-        observation.problems,
-    )

@@ -1,6 +1,5 @@
-"""The status a reconcile wants: pure assembly from the stored object, the spec, the
-observation, the preflight gate, the model cache and the readers' latest readings, and the
-delta that is worth a write. The reconcile is the status's only writer."""
+"""The status a reconcile wants, pure: from the stored object, the final conditions and the
+parts the reconcile found; and the delta that is worth a write."""
 
 from __future__ import annotations
 
@@ -11,23 +10,15 @@ from typing import Any
 from kimik3_operator.api import constants as c
 from kimik3_operator.api import names
 from kimik3_operator.api.conditions import Condition, set_condition
-from kimik3_operator.api.constants import ConditionType, Reason
 from kimik3_operator.api.spec import KimiK3DeploymentSpec
 from kimik3_operator.builders.common import Owner, selector_labels
 from kimik3_operator.observation.acceptance import AcceptanceReading, speculative_update
-from kimik3_operator.observation.download_progress import ProgressReading, with_progress
-from kimik3_operator.observation.model_cache import CacheState, cache_section, with_model_cache
+from kimik3_operator.observation.download_progress import with_progress
+from kimik3_operator.observation.model_cache import CacheState, cache_section
+from kimik3_operator.observation.readings import Readings
 from kimik3_operator.observation.workload import Observation
-from kimik3_operator.preflight.gate import Gate, gated_observation
+from kimik3_operator.preflight.gate import Gate
 from kimik3_operator.redact import redact_tree
-
-
-@dataclass(frozen=True)
-class Readings:
-    """What the readers last saw of one deployment's pods, for the reconcile to write."""
-
-    acceptance: AcceptanceReading | None = None
-    progress: ProgressReading | None = None
 
 
 @dataclass(frozen=True)
@@ -37,73 +28,6 @@ class RolloutStatus:
 
     section: Mapping[str, Any] | None
     running: KimiK3DeploymentSpec | None = None
-
-
-# Where a group's pods talk over something faster than the pod network: an RDMA device
-# plugin's resource, or a Multus network attached for the purpose.
-RDMA_MARKERS = ("rdma", "infiniband", "roce", "efa")
-MULTUS_ANNOTATION = "k8s.v1.cni.cncf.io/networks"
-
-
-def fabric_condition(spec: KimiK3DeploymentSpec) -> Condition | None:
-    """For a group that spans nodes: whether its pods ask for a fabric between them. Tensor
-    parallelism over nodes exchanges activations at every layer; over the pod network (TCP
-    sockets) it runs at a fraction of its speed. A warning, never a refusal."""
-    if spec.nodes_per_replica <= 1:
-        return None
-    rdma = sorted(
-        name
-        for name in spec.pod.extra_resources
-        if any(marker in name.lower() for marker in RDMA_MARKERS)
-    )
-    if rdma:
-        return Condition(
-            ConditionType.INTER_NODE_FABRIC,
-            "True",
-            Reason.RDMA_REQUESTED,
-            f"each pod of the {spec.nodes_per_replica}-node groups requests {', '.join(rdma)}",
-        )
-    if MULTUS_ANNOTATION in spec.pod.annotations:
-        return Condition(
-            ConditionType.INTER_NODE_FABRIC,
-            "True",
-            Reason.SECONDARY_NETWORK,
-            f"the pods attach {spec.pod.annotations[MULTUS_ANNOTATION]!r} "
-            f"({MULTUS_ANNOTATION}); NCCL must be pointed at it (NCCL_SOCKET_IFNAME, "
-            "NCCL_IB_HCA in engine.env)",
-        )
-    return Condition(
-        ConditionType.INTER_NODE_FABRIC,
-        "False",
-        Reason.NO_RDMA_FABRIC,
-        f"tensor parallelism spans {spec.nodes_per_replica} nodes per group and the pods ask "
-        "for no RDMA resource or secondary network, so NCCL runs over the pod network at a "
-        "fraction of the speed; request the fabric in spec.pod.extraResources (e.g. rdma/ib: "
-        "1) and engine.addCapabilities [IPC_LOCK] (see examples/kimi-k3-text-dspark-rdma-"
-        "fleet.yaml), or ignore this where the pod network is the fabric",
-    )
-
-
-def final_observation(
-    observation: Observation,
-    gate: Gate | None,
-    cache: CacheState | None,
-    speculation: Condition | None = None,
-    spec: KimiK3DeploymentSpec | None = None,
-) -> Observation:
-    """The conditions the status ends with: the pods' (with the GPU ledger's counts), as
-    the preflight gate and the model cache leave them, and the acceptance reader's."""
-    final = gated_observation(observation, gate) if gate is not None else observation
-    final = with_model_cache(final, cache, spec)
-    gate_conditions = gate.conditions if gate is not None else ()
-    fabric = fabric_condition(spec) if spec is not None else None
-    extra = tuple(c_ for c_ in (speculation, fabric) if c_ is not None)
-    return Observation(
-        final.ready_replicas,
-        gate_conditions + final.conditions + extra,
-        final.summary_reason,
-        final.problems,
-    )
 
 
 def speculation_update(
@@ -123,21 +47,26 @@ def speculation_update(
     return update.section, update.condition
 
 
+@dataclass(frozen=True)
+class StatusParts:
+    """What the status says besides the conditions (None: the reconcile did not get there,
+    and the stored field is left as it is)."""
+
+    spec: KimiK3DeploymentSpec | None = None
+    gate: Gate | None = None
+    cache: CacheState | None = None
+    startup: Mapping[str, Any] | None = None
+    readings: Readings | None = None
+    # status.speculative's numbers, when the acceptance reading moved them.
+    speculative_numbers: Mapping[str, object] | None = None
+    startup_failures: Mapping[str, Any] | None = None
+    rollout: RolloutStatus | None = None
+
+
 def desired_status(
-    body: Mapping[str, Any],
-    spec: KimiK3DeploymentSpec | None,
-    observation: Observation,
-    now: str,
-    gate: Gate | None = None,
-    cache: CacheState | None = None,
-    startup: Mapping[str, Any] | None = None,
-    readings: Readings | None = None,
-    speculative_numbers: Mapping[str, object] | None = None,
-    startup_failures: Mapping[str, Any] | None = None,
-    rollout: RolloutStatus | None = None,
+    body: Mapping[str, Any], observation: Observation, now: str, parts: StatusParts
 ) -> dict[str, Any]:
-    """``observation`` is the final one (``final_observation``); ``speculative_numbers`` the
-    acceptance reading's status.speculative, when it moved."""
+    """``observation`` is the final one (``conditions.final_conditions``)."""
     meta = body["metadata"]
     current: Mapping[str, Any] = body.get("status") or {}
     generation = int(meta.get("generation", 0) or 0)
@@ -149,6 +78,7 @@ def desired_status(
         "conditions": conditions,
         "reason": str(observation.summary_reason),
     }
+    spec, rollout, cache, readings = parts.spec, parts.rollout, parts.cache, parts.readings
     if spec is not None:
         owner = Owner(meta["name"], meta["namespace"], meta.get("uid", ""))
         labels = selector_labels(owner, c.COMPONENT_LEADER)
@@ -164,7 +94,7 @@ def desired_status(
                 "endpoint": names.endpoint(owner.name, owner.namespace, spec.service.port),
                 "speculative": _speculative(
                     rollout.running if rollout is not None and rollout.running else spec,
-                    speculative_numbers or current.get("speculative") or {},
+                    parts.speculative_numbers or current.get("speculative") or {},
                 ),
             }
         )
@@ -173,14 +103,16 @@ def desired_status(
             cache_section(cache, current.get("modelCache") or {}),
             readings.progress if readings is not None else None,
         )
-    if startup is not None:
-        status["startup"] = dict(startup)
-    if startup_failures is not None:
-        status["startupFailures"] = dict(startup_failures)
+    if parts.startup is not None:
+        status["startup"] = dict(parts.startup)
+    if parts.startup_failures is not None:
+        status["startupFailures"] = dict(parts.startup_failures)
     if rollout is not None and rollout.section:
         status["rollout"] = dict(rollout.section)
-    if gate is not None:
-        status["capabilities"] = _keep_checked_at(current.get("capabilities") or {}, gate.status)
+    if parts.gate is not None:
+        status["capabilities"] = _keep_checked_at(
+            current.get("capabilities") or {}, parts.gate.status
+        )
     # The probe's errors and the messages quote the user's env (a mirror, a proxy).
     cleaned: dict[str, Any] = redact_tree(status)
     return cleaned

@@ -19,7 +19,9 @@ from typing import Any, Literal
 from kimik3_operator.api import constants as c
 from kimik3_operator.api.conditions import Condition
 from kimik3_operator.api.constants import ConditionType, Reason
-from kimik3_operator.api.spec import CanarySpec, KimiK3DeploymentSpec, SpecError, parse_spec
+from kimik3_operator.api.parse import parse_spec
+from kimik3_operator.api.spec import KimiK3DeploymentSpec
+from kimik3_operator.api.types import CanarySpec, SpecError
 from kimik3_operator.observation.acceptance import LeaderSeries, delta_since, parse_rfc3339, rfc3339
 
 CANARY = "Canary"

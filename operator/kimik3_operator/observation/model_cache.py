@@ -11,9 +11,8 @@ from typing import Any, Literal
 
 from kimik3_operator.api import constants as c
 from kimik3_operator.api.conditions import Condition
-from kimik3_operator.api.constants import ConditionType, Reason
+from kimik3_operator.api.constants import IMAGE_PULL_REASONS, ConditionType, Reason
 from kimik3_operator.api.spec import KimiK3DeploymentSpec
-from kimik3_operator.observation.workload import IMAGE_PULL_REASONS, Observation
 
 Obj = Mapping[str, Any]
 CachePhase = Literal["Pending", "Downloading", "Verifying", "Ready", "Failed"]
@@ -418,31 +417,3 @@ def every_pod_downloads(spec: KimiK3DeploymentSpec) -> Condition | None:
         "from the Hub into its own ephemeral storage, and again after every restart; set "
         "spec.model.cache to download it once into a volume they all read",
     )
-
-
-def with_model_cache(
-    observation: Observation, cache: CacheState | None, spec: KimiK3DeploymentSpec | None = None
-) -> Observation:
-    """ModelCached added; while the weights are not there, Progressing says so. Without a
-    cache, ModelCached says when every pod downloads the checkpoint itself."""
-    if cache is None:
-        warning = every_pod_downloads(spec) if spec is not None else None
-        if warning is None:
-            return observation
-        return dataclasses.replace(observation, conditions=(*observation.conditions, warning))
-    conditions = [*observation.conditions, cache_condition(cache)]
-    summary = observation.summary_reason
-    if not cache.ready:
-        waiting = Condition(
-            ConditionType.PROGRESSING,
-            "True" if cache.phase != "Failed" else "False",
-            Reason.WAITING_FOR_MODEL_CACHE,
-            f"no serving pod is created before the weights are in the cache "
-            f"({cache.phase}): {cache.message}",
-        )
-        conditions = [waiting if c_.type == ConditionType.PROGRESSING else c_ for c_ in conditions]
-        if cache.phase == "Failed":
-            conditions = with_failed_download(conditions, cache)
-        if observation.ready_replicas == 0:
-            summary = Reason.WAITING_FOR_MODEL_CACHE if cache.phase != "Failed" else cache.reason
-    return Observation(observation.ready_replicas, tuple(conditions), summary, observation.problems)

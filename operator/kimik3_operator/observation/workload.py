@@ -18,7 +18,6 @@ from kimik3_operator.api.spec import KimiK3DeploymentSpec
 from kimik3_operator.observation.crashes import STARTUP_REASONS, startup_failures
 
 Obj = Mapping[str, Any]
-IMAGE_PULL_REASONS = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull")
 
 
 @dataclass(frozen=True)
@@ -209,7 +208,7 @@ def _pod_problem(pod: Obj, spec: KimiK3DeploymentSpec, gpus: GpuCounts | None) -
                     f"kubectl logs {name} --previous"
                 ),
             )
-        if reason in IMAGE_PULL_REASONS:
+        if reason in c.IMAGE_PULL_REASONS:
             return Problem(
                 Reason.IMAGE_PULL_FAILED,
                 (

@@ -10,7 +10,6 @@ from typing import Any
 from kimik3_operator.api.conditions import Condition
 from kimik3_operator.api.constants import ConditionType, Reason
 from kimik3_operator.api.spec import KimiK3DeploymentSpec
-from kimik3_operator.observation.workload import Observation
 from kimik3_operator.preflight.facts import drafter_facts, target_facts
 from kimik3_operator.preflight.probe import ProbeState
 from kimik3_operator.preflight.report import (
@@ -105,54 +104,3 @@ def evaluate(
         status["probe"] = {"key": probe_key, "report": probe.report}
     deploy = mode == "Warn" or (capabilities.status == "True" and drafter.status == "True")
     return Gate(tuple(findings), capabilities, drafter, status, deploy)
-
-
-def gated_observation(observation: Observation, gate: Gate) -> Observation:
-    """Progressing, Available and Degraded as the preflight leaves them."""
-    if gate.deploy and not gate.failed:
-        return observation
-    blocking = gate.capabilities if gate.capabilities.status != "True" else gate.drafter
-    by_type = {c.type: c for c in observation.conditions}
-    available = by_type[ConditionType.AVAILABLE]
-    degraded = by_type[ConditionType.DEGRADED]
-    progressing = by_type[ConditionType.PROGRESSING]
-    summary = observation.summary_reason
-    if gate.failed and degraded.status != "True":
-        degraded = Condition(
-            ConditionType.DEGRADED,
-            "True",
-            Reason.PREFLIGHT_FAILED,
-            f"{blocking.type}={blocking.status} ({blocking.reason}): {blocking.message}",
-        )
-    if not gate.deploy:
-        kept = (
-            " The running LeaderWorkerSet keeps the last spec that passed."
-            if observation.ready_replicas
-            else ""
-        )
-        if gate.failed:
-            progressing = Condition(
-                ConditionType.PROGRESSING,
-                "False",
-                Reason.PREFLIGHT_FAILED,
-                f"no GPU pod is created for this spec: {blocking.type} is "
-                f"False ({blocking.reason}); fix the spec.{kept}",
-            )
-        else:
-            progressing = Condition(
-                ConditionType.PROGRESSING,
-                "True",
-                Reason.WAITING_FOR_PREFLIGHT,
-                f"no GPU pod is created until {blocking.type} is True: {blocking.message}.{kept}",
-            )
-        if available.status != "True":
-            available = Condition(
-                ConditionType.AVAILABLE, "False", blocking.reason, blocking.message
-            )
-            summary = blocking.reason
-    return Observation(
-        observation.ready_replicas,
-        (progressing, available, degraded),
-        summary,
-        observation.problems,
-    )

@@ -21,7 +21,7 @@ import zipfile
 from collections.abc import Iterable
 from typing import Any, Final
 
-from kimik3_operator.api.spec import TARGET_ARCHITECTURES
+from kimik3_operator.api.types import TARGET_ARCHITECTURES
 from kimik3_operator.preflight.drafter_methods import (
     acceptance_by_platform,
     extract_methods,

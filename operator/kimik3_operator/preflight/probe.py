@@ -7,8 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from kimik3_operator.api.constants import Reason
-from kimik3_operator.observation.workload import IMAGE_PULL_REASONS
+from kimik3_operator.api.constants import IMAGE_PULL_REASONS, Reason
 
 Phase = Literal["Done", "Running", "Failed", "Missing"]
 

@@ -17,12 +17,8 @@ from kimik3_operator.api.pairing import (
     ResolvedDrafter,
 )
 from kimik3_operator.api.schema_check import nearest
-from kimik3_operator.api.spec import (
-    CHECKPOINT_METHODS,
-    EAGLE3_FAMILY,
-    TARGET_ARCHITECTURES,
-    KimiK3DeploymentSpec,
-)
+from kimik3_operator.api.spec import KimiK3DeploymentSpec
+from kimik3_operator.api.types import CHECKPOINT_METHODS, EAGLE3_FAMILY, TARGET_ARCHITECTURES
 from kimik3_operator.preflight.drafter_methods import judge, methods_that_load
 from kimik3_operator.preflight.facts import DrafterFacts, TargetFacts
 from kimik3_operator.preflight.table import (

@@ -15,16 +15,15 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import Any, Protocol
 
 from kimik3_operator import metrics
 from kimik3_operator.api import constants as c
 from kimik3_operator.api.conditions import now_rfc3339
 from kimik3_operator.config import Settings
-from kimik3_operator.controller.reconcile import Context, reconcile
-from kimik3_operator.controller.status import Readings
 from kimik3_operator.events import post_event, too_deep_condition
 from kimik3_operator.kube import Kube, KubeError
+from kimik3_operator.observation.readings import Readings
 from kimik3_operator.runtime import decode
 from kimik3_operator.runtime.gpu_ledger import (
     GpuLedger,
@@ -81,12 +80,29 @@ def owner_key(obj: Mapping[str, Any]) -> Key | None:
     return (namespace, name) if name and namespace else None
 
 
+class Reconciler(Protocol):
+    """What the manager runs for one due key: the controller's reconcile, handed in by the
+    host, so the runtime knows nothing of what a reconcile does."""
+
+    def __call__(
+        self,
+        kube: Kube,
+        key: Key,
+        *,
+        readings: Readings,
+        ledger: GpuLedger | None,
+        namespace_labels: Callable[[Kube, str], Mapping[str, str] | None],
+        pod_monitor_labels: Mapping[str, str],
+    ) -> object: ...
+
+
 @dataclass
 class Manager:
     api: Kube
     api_client: Any
     settings: Settings
     acceptance: AcceptanceReader
+    reconciler: Reconciler
     store: Store = field(default_factory=Store)
     ledger: GpuLedger | None = None
     # Due resources in turns between namespaces: one tenant's burst delays only its own.
@@ -305,14 +321,15 @@ class Manager:
 
     def reconcile_key(self, key: Key) -> None:
         namespace, name = key
-        context = Context(
-            ledger=self.ledger,
-            readings=Readings(self.acceptance.reading(key), self.progress.reading(key)),
-            namespace_labels=self.namespace_labels,
-            pod_monitor_labels=dict(self.settings.pod_monitor_labels),
-        )
         try:
-            reconcile(self.kube, key, context)
+            self.reconciler(
+                self.kube,
+                key,
+                readings=Readings(self.acceptance.reading(key), self.progress.reading(key)),
+                ledger=self.ledger,
+                namespace_labels=self.namespace_labels,
+                pod_monitor_labels=dict(self.settings.pod_monitor_labels),
+            )
         except Exception as exc:
             delay = self.queue.add_after_failure(key)
             attempt = self.queue.failures(key)

@@ -9,8 +9,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 
-from kimik3_operator.controller.reconcile import namespace_labels_from_server
-from kimik3_operator.kube import Kube
+from kimik3_operator.kube import Kube, namespace_labels_from_server
 
 TTL_SECONDS = 30.0
 # Entries past their TTL are dropped once the map holds this many.

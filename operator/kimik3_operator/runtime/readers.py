@@ -20,7 +20,9 @@ from typing import Any
 
 from kimik3_operator import metrics
 from kimik3_operator.api import constants as c
-from kimik3_operator.api.spec import KimiK3DeploymentSpec, SpecError, parse_spec
+from kimik3_operator.api.parse import parse_spec
+from kimik3_operator.api.spec import KimiK3DeploymentSpec
+from kimik3_operator.api.types import SpecError
 from kimik3_operator.builders.model_cache import PROGRESS_PORT
 from kimik3_operator.kube import Kube
 from kimik3_operator.observation.acceptance import (

@@ -13,7 +13,7 @@ import random
 import pytest
 from bench.differential import compare, report, space
 
-from kimik3_operator.api.spec import parse_spec
+from kimik3_operator.api.parse import parse_spec
 from kimik3_operator.builders.preflight_job import probe_request
 from kimik3_operator.preflight.gate import probed_facts
 from kimik3_operator.preflight.rules import run_rules

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from kimik3_operator.api.spec import parse_spec
+from kimik3_operator.api.parse import parse_spec
 from kimik3_operator.builders.preflight_job import probe_request
 from kimik3_operator.preflight.facts import drafter_facts, target_facts
 from kimik3_operator.preflight.rules import Facts, run_rules

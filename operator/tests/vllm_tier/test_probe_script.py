@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from e2e.k3_configs import DRAFTER_CONFIG, TARGET_CONFIG
-from kimik3_operator.api.spec import parse_spec
+from kimik3_operator.api.parse import parse_spec
 from kimik3_operator.builders.preflight_job import probe_request
 from kimik3_operator.preflight.table import load_table
 

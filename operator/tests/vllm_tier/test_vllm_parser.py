@@ -10,11 +10,15 @@ from typing import Any
 
 import pytest
 
-from kimik3_operator.api.spec import KimiK3DeploymentSpec, parse_spec
-from kimik3_operator.builders.children import build_children
+from kimik3_operator.api.parse import parse_spec
+from kimik3_operator.api.spec import KimiK3DeploymentSpec
+from kimik3_operator.builders.children import Part, desired_children
 from kimik3_operator.builders.common import Owner
 
 from .helpers import vllm_python
+
+# The LeaderWorkerSet, its Service and PodMonitor.
+SERVED: tuple[Part, ...] = ("groups", "serving")
 
 pytestmark = pytest.mark.vllm
 ROOT = pathlib.Path(__file__).resolve().parents[3]
@@ -50,7 +54,7 @@ SPECS: dict[str, dict[str, Any]] = {
 
 def commands(spec: KimiK3DeploymentSpec) -> dict[str, list[str]]:
     """The leader's and one worker's argv after `vllm serve`, as the kubelet expands them."""
-    lws = build_children(spec, Owner("k3", "llm", "uid"))[0]
+    lws = desired_children(spec, Owner("k3", "llm", "uid"), parts=SERVED)[0]
     template = lws["spec"]["leaderWorkerTemplate"]
     roles = {"leader": template.get("leaderTemplate", template["workerTemplate"])}
     if "leaderTemplate" in template:

@@ -1,0 +1,282 @@
+"""The spec's sections, the values its fields take, and the error that names a bad one.
+
+Every field's JSON name is its camelCase form unless a field says otherwise through
+``metadata={"json": ...}``; defaults here are the same as the CRD schema's (a unit test
+walks both and fails on any disagreement).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, get_args
+
+KimiArchitecture = Literal[
+    "KimiLinearForCausalLM",
+    "KimiK3ForConditionalGeneration",
+    "KimiK31ForConditionalGeneration",
+]
+DrafterMethod = Literal["dspark", "eagle3", "dflash", "mtp", "draft_model", "ngram", "none"]
+Platform = Literal["nvidia", "amd"]
+# Linux capabilities a serving pod may add back: memlock for RDMA fabrics, NUMA binding.
+Capability = Literal["IPC_LOCK", "SYS_NICE"]
+PreflightMode = Literal["Enforce", "Warn", "Disabled"]
+ServiceType = Literal["ClusterIP", "NodePort", "LoadBalancer"]
+SampleMethod = Literal["greedy", "probabilistic"]
+RejectionSampleMethod = Literal["standard", "synthetic", "block"]
+CacheAccessMode = Literal["ReadWriteMany", "ReadOnlyMany"]
+CanaryOnFailure = Literal["Rollback", "Hold"]
+
+# The Kimi classes the capability table judges; spec.model.architecture takes any class name,
+# and the image probe judges the others.
+TARGET_ARCHITECTURES: tuple[str, ...] = get_args(KimiArchitecture)
+TEXT_ONLY_ARCHITECTURE = "KimiLinearForCausalLM"
+MULTIMODAL_ARCHITECTURES: tuple[str, ...] = (
+    "KimiK3ForConditionalGeneration",
+    "KimiK31ForConditionalGeneration",
+)
+EAGLE3_FAMILY: tuple[DrafterMethod, ...] = ("dspark", "eagle3", "dflash")
+# Methods that load a drafter checkpoint of their own (repo or source); mtp drafts from the
+# target's own layers, ngram from the prompt.
+CHECKPOINT_METHODS: tuple[DrafterMethod, ...] = (*EAGLE3_FAMILY, "draft_model")
+
+
+# The CRD's pattern (RE2 has no look-ahead): hours, minutes, seconds, in that order.
+DURATION = re.compile(r"^([0-9]+h([0-9]+m)?([0-9]+s)?|[0-9]+m([0-9]+s)?|[0-9]+s)$")
+_PART = re.compile(r"([0-9]+)([hms])")
+_UNIT = {"h": 3600, "m": 60, "s": 1}
+
+
+def duration_seconds(text: str) -> float:
+    """Seconds in a duration written as 90s, 15m or 1h30m (0 when it does not parse)."""
+    if DURATION.match(text) is None:
+        return 0.0
+    return float(sum(int(amount) * _UNIT[unit] for amount, unit in _PART.findall(text)))
+
+
+class SpecError(ValueError):
+    """A spec that cannot be served: names the field, the value and the fix."""
+
+    def __init__(self, path: str, value: Any, problem: str, fix: str = "") -> None:
+        self.path = path
+        self.value = value
+        self.problem = problem
+        self.fix = fix
+        text = f"{path}={value!r}: {problem}"
+        if fix:
+            text += f"; {fix}"
+        super().__init__(text)
+
+
+@dataclass(frozen=True)
+class SecretKeyRef:
+    name: str
+    key: str = "token"
+
+
+@dataclass(frozen=True)
+class HuggingFaceSource:
+    pass
+
+
+@dataclass(frozen=True)
+class PVCSource:
+    claim_name: str
+    path: str = ""
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    hugging_face: HuggingFaceSource | None = None
+    pvc: PVCSource | None = None
+
+
+@dataclass(frozen=True)
+class ModelCacheSpec:
+    """One volume that holds the weights for every pod: filled once by a download Job
+    (ReadWriteMany) or, pre-filled by the user, only verified (ReadOnlyMany)."""
+
+    claim_name: str = ""  # empty: the operator creates <name>-model-cache
+    size: str = "2Ti"
+    storage_class_name: str = ""
+    access_mode: CacheAccessMode = "ReadWriteMany"
+    # The download: connections at once (across files and within a large one), chunk size.
+    connections: int = 32
+    chunk_size: str = "16Mi"
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    repo: str = "moonshotai/Kimi-K3"
+    revision: str = "main"
+    architecture: str = TEXT_ONLY_ARCHITECTURE
+    served_name: str = ""
+    source: ModelSource = field(default_factory=lambda: ModelSource(HuggingFaceSource()))
+    hf_token_secret_ref: SecretKeyRef | None = None
+    cache: ModelCacheSpec | None = None
+
+    @property
+    def multimodal(self) -> bool:
+        return self.architecture in MULTIMODAL_ARCHITECTURES
+
+
+@dataclass(frozen=True)
+class DrafterSource:
+    pvc: PVCSource
+
+
+@dataclass(frozen=True)
+class DrafterSpec:
+    method: DrafterMethod = "dspark"
+    repo: str = ""
+    source: DrafterSource | None = None
+    revision: str = "main"
+    num_speculative_tokens: int | None = None
+    draft_tensor_parallel_size: int | None = None
+    draft_sample_method: SampleMethod | None = None
+    rejection_sample_method: RejectionSampleMethod | None = None
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    image: str = "vllm/vllm-openai:v0.33.0"
+    version: str = ""
+    platform: Platform = "nvidia"
+    max_model_len: int = 32768
+    gpu_memory_utilization: float = 0.9
+    kv_cache_dtype: str = "fp8"
+    extra_args: tuple[str, ...] = ()
+    env: tuple[Mapping[str, Any], ...] = ()
+    add_capabilities: tuple[Capability, ...] = ()
+
+
+@dataclass(frozen=True)
+class ParallelismSpec:
+    tensor: int = 16
+    pipeline: int = 1
+    decode_context: int = 1
+    expert: bool = False
+
+
+@dataclass(frozen=True)
+class JobPlacementSpec:
+    """Where the CPU-only Jobs (the image probe, the weight download) run."""
+
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    tolerations: tuple[Mapping[str, Any], ...] = ()
+
+
+@dataclass(frozen=True)
+class PlacementSpec:
+    gpus_per_node: int = 8
+    gpu_resource: str = "nvidia.com/gpu"
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    tolerations: tuple[Mapping[str, Any], ...] = ()
+    topology_key: str = ""
+    scheduler_name: str = ""
+    priority_class_name: str = ""
+    jobs: JobPlacementSpec = field(default_factory=JobPlacementSpec)
+
+
+@dataclass(frozen=True)
+class ResourcesSpec:
+    cpu: str = ""  # a request only: vLLM's host threads burst
+    cpu_limit: str = ""
+    memory: str = ""
+    shared_memory: str = "64Gi"
+
+
+# The user the serving pods run as when non-root and none is named (vLLM's images name none).
+DEFAULT_USER = 1000
+
+
+@dataclass(frozen=True)
+class SecuritySpec:
+    """Who the serving pods run as. A non-root process loses every added capability when it
+    starts vLLM (Kubernetes sets no ambient capabilities), so runAsNonRoot defaults to true
+    only where engine.addCapabilities is empty."""
+
+    run_as_non_root: bool | None = None
+    run_as_user: int | None = None
+    run_as_group: int | None = None
+    fs_group: int | None = None
+    read_only_root_filesystem: bool = True
+
+
+@dataclass(frozen=True)
+class ServiceSpec:
+    port: int = 8000
+    type: ServiceType = "ClusterIP"
+    annotations: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ServingPodSpec:
+    """What a platform adds to the serving pods, leader and workers alike: nothing here
+    changes what the preflight judged (the builders put the operator's own labels, env,
+    image and command over it)."""
+
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    runtime_class_name: str = ""
+    image_pull_secrets: tuple[Mapping[str, Any], ...] = ()
+    # Extended resources per pod besides the GPUs (an RDMA fabric), requests = limits.
+    extra_resources: Mapping[str, Any] = field(default_factory=dict)
+    env_from: tuple[Mapping[str, Any], ...] = ()
+
+
+@dataclass(frozen=True)
+class CanarySpec:
+    """A change of the groups' pods goes to ``groups`` groups first; they are observed for
+    ``window`` and promoted, or rolled back (or held) when they fall short."""
+
+    groups: int = 1
+    window: str = "15m"
+    # None: spec.monitoring.minAcceptanceRate.
+    min_acceptance_rate: float | None = None
+    # The canary's acceptance may be at most this fraction below the stable groups'.
+    max_acceptance_drop: float = 0.1
+    # From the change until every canary group is Ready; longer is a failure.
+    ready_timeout: str = "30m"
+    on_failure: CanaryOnFailure = "Rollback"
+
+    @property
+    def window_seconds(self) -> float:
+        return duration_seconds(self.window)
+
+    @property
+    def ready_timeout_seconds(self) -> float:
+        return duration_seconds(self.ready_timeout)
+
+
+@dataclass(frozen=True)
+class RolloutSpec:
+    max_surge: int | str = 0
+    max_unavailable: int | str = 1
+    # Start-up failures one generation may have before the deployment is parked.
+    max_startup_failures: int = 3
+    # None: no canary, LeaderWorkerSet's rolling update alone.
+    canary: CanarySpec | None = None
+
+
+@dataclass(frozen=True)
+class PreflightSpec:
+    mode: PreflightMode = "Enforce"
+    probe: bool = True
+
+
+@dataclass(frozen=True)
+class MonitoringSpec:
+    pod_monitor: bool = True
+    min_acceptance_rate: float = 0.5
+
+
+def json_name(f: dataclasses.Field[Any]) -> str:
+    """The camelCase key of a dataclass field in the resource."""
+    explicit = f.metadata.get("json")
+    if explicit:
+        return str(explicit)
+    head, *rest = f.name.split("_")
+    return head + "".join(part.capitalize() for part in rest)

@@ -1,0 +1,79 @@
+"""Step three of a reconcile, the only one that writes: the Decision's writes in order,
+then the status patch and the events; and the metrics that describe the outcome."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from kimik3_operator import metrics
+from kimik3_operator.api import constants as c
+from kimik3_operator.api.constants import ConditionType
+from kimik3_operator.controller.decide import Decision, Write
+from kimik3_operator.controller.snapshot import Snapshot
+from kimik3_operator.events import post_event
+from kimik3_operator.kube import Kube
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ReconcileResult:
+    invalid: bool = False
+    applied: list[str] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+    status_written: bool = False
+    events: list[str] = field(default_factory=list)
+
+
+def act(kube: Kube, snap: Snapshot, decision: Decision) -> ReconcileResult:
+    result = ReconcileResult(invalid=decision.invalid)
+    for write in decision.writes:
+        _write(kube, snap, write, result)
+    write_status(kube, snap, decision, result)
+    return result
+
+
+def write_status(
+    kube: Kube, snap: Snapshot, decision: Decision, result: ReconcileResult | None = None
+) -> None:
+    """The status patch (when something changed) and an event for each changed condition."""
+    result = result if result is not None else ReconcileResult()
+    owner = snap.owner
+    metrics.record_conditions(owner.namespace, owner.name, decision.conditions)
+    metrics.record_status(owner.namespace, owner.name, decision.status)
+    if decision.tracks is not None:
+        metrics.record_rollout(owner.namespace, owner.name, decision.tracks)
+    if decision.status_patch:
+        log.debug(
+            "%s/%s: status fields changed: %s",
+            owner.namespace,
+            owner.name,
+            sorted(decision.status_patch),
+        )
+        kube.patch_status(c.API_VERSION, c.KIND, owner.name, owner.namespace, decision.status_patch)
+        result.status_written = True
+    for condition in decision.events:
+        if condition.type in (ConditionType.CAPABILITIES_VERIFIED, ConditionType.DRAFTER_PAIRED):
+            metrics.PREFLIGHT_VERDICTS.labels(
+                condition.type, condition.status, condition.reason
+            ).inc()
+        post_event(kube, snap.body, condition, snap.now)
+        result.events.append(f"{condition.type}={condition.status}/{condition.reason}")
+
+
+def _write(kube: Kube, snap: Snapshot, write: Write, result: ReconcileResult) -> None:
+    api_version, kind, name = write.ref
+    namespace = snap.owner.namespace
+    if write.verb in ("apply", "create"):
+        # Created without force, so a field another manager holds is a conflict, never
+        # taken over; forced only over an object this resource controls.
+        kube.apply(write.body, force=write.force)
+        result.applied.append(write.label)
+    elif write.verb == "delete":
+        kube.delete(api_version, kind, name, namespace)
+        result.deleted.append(write.label)
+    elif write.verb == "patch":
+        kube.patch(api_version, kind, name, namespace, write.body)
+    else:
+        kube.patch_status(api_version, kind, name, namespace, write.body)

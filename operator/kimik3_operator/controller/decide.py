@@ -1,0 +1,504 @@
+"""Step two of a reconcile, pure: from the snapshot to one Decision (what to write, in
+order; the status patch; the events). Nothing here reads or writes the API."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from kimik3_operator.api import constants as c
+from kimik3_operator.api import names
+from kimik3_operator.api.conditions import Condition, changed
+from kimik3_operator.api.constants import ConditionType, Reason
+from kimik3_operator.api.spec import KimiK3DeploymentSpec
+from kimik3_operator.builders.children import Part, desired_children
+from kimik3_operator.builders.common import with_spec_hash
+from kimik3_operator.builders.model_cache import (
+    build_collect_job,
+    cache_claim_name,
+    cache_key,
+)
+from kimik3_operator.builders.preflight_job import probe_key
+from kimik3_operator.controller.admission import predict
+from kimik3_operator.controller.conditions import Findings, final_conditions
+from kimik3_operator.controller.drift import needs_apply
+from kimik3_operator.controller.rollout import RolloutStep, rollout_step
+from kimik3_operator.controller.snapshot import LWS_API, PODMONITOR_API, Ref, Snapshot
+from kimik3_operator.controller.status import (
+    RolloutStatus,
+    StatusParts,
+    desired_status,
+    speculation_update,
+    status_delta,
+)
+from kimik3_operator.kube import KubeError, Obj
+from kimik3_operator.observation.crashes import failure_budget, parked_message, startup_failures
+from kimik3_operator.observation.model_cache import (
+    CacheState,
+    cache_state,
+    ready_since,
+    startup_section,
+    wants_collection,
+    with_collection,
+)
+from kimik3_operator.observation.pod_security import namespace_policy
+from kimik3_operator.observation.workload import Observation, observe
+from kimik3_operator.preflight.gate import Gate, evaluate
+from kimik3_operator.preflight.probe import ProbeState, probe_state, report_state
+from kimik3_operator.preflight.table import load_table
+from kimik3_operator.redact import redact, redact_tree
+
+Verb = Literal["apply", "create", "delete", "patch", "patch_status"]
+PROBE: tuple[Part, ...] = ("probe",)
+CACHE: tuple[Part, ...] = ("cache",)
+SERVING: tuple[Part, ...] = ("serving",)
+GROUPS_AND_SERVING: tuple[Part, ...] = ("groups", "serving")
+
+
+@dataclass(frozen=True)
+class Write:
+    """One write. ``apply`` forces only over a live object this resource controls;
+    ``create`` is for children whose spec is immutable once made (a Job, a claim)."""
+
+    verb: Verb
+    ref: Ref
+    body: Mapping[str, Any] = field(default_factory=dict)
+    force: bool = False
+
+    @property
+    def label(self) -> str:
+        return f"{self.ref[1]}/{self.ref[2]}"
+
+
+@dataclass(frozen=True)
+class Decision:
+    writes: tuple[Write, ...] = ()
+    status_patch: Mapping[str, Any] = field(default_factory=dict)
+    # Conditions that changed, each an event.
+    events: tuple[Condition, ...] = ()
+    # For the metrics: every final condition and the whole status wanted.
+    conditions: tuple[Condition, ...] = ()
+    status: Mapping[str, Any] = field(default_factory=dict)
+    tracks: Mapping[str, Any] | None = None
+    invalid: bool = False
+    # Names the decision writes that the snapshot cannot place: read them from the server
+    # and decide again.
+    unread: tuple[Ref, ...] = ()
+
+
+def ref_of(manifest: Mapping[str, Any]) -> Ref:
+    return (manifest["apiVersion"], manifest["kind"], manifest["metadata"]["name"])
+
+
+def controlled_by(obj: Mapping[str, Any], uid: str) -> bool:
+    """Whether the object whose uid is ``uid`` controls ``obj``: a label is anyone's to set
+    in a namespace, a controller's uid is not."""
+    refs = (obj.get("metadata") or {}).get("ownerReferences") or []
+    return bool(uid) and any(
+        isinstance(ref, Mapping) and ref.get("controller") and ref.get("uid") == uid for ref in refs
+    )
+
+
+def uid_of(obj: Mapping[str, Any] | None) -> str:
+    return str(((obj or {}).get("metadata") or {}).get("uid") or "")
+
+
+def _describe_controller(obj: Mapping[str, Any]) -> str:
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
+        if isinstance(ref, Mapping) and ref.get("controller"):
+            return f"controlled by {ref.get('kind')}/{ref.get('name')}"
+    return "not controlled by this KimiK3Deployment"
+
+
+@dataclass
+class _Plan:
+    """The writes of one decision as they are gathered, in the order they are made."""
+
+    snap: Snapshot
+    writes: list[Write] = field(default_factory=list)
+
+    def apply(self, manifests: Sequence[Obj]) -> None:
+        for manifest in manifests:
+            live = self.snap.get(ref_of(manifest))
+            if needs_apply(manifest, live):
+                self.writes.append(Write("apply", ref_of(manifest), manifest, live is not None))
+
+    def create(self, manifest: Obj) -> None:
+        if self.snap.get(ref_of(manifest)) is None:
+            self.writes.append(Write("create", ref_of(manifest), manifest))
+
+    def delete_owned(self, ref: Ref) -> None:
+        live = self.snap.get(ref)
+        refs = ((live or {}).get("metadata") or {}).get("ownerReferences") or []
+        if live is not None and any(r.get("uid") == self.snap.owner.uid for r in refs):
+            self.writes.append(Write("delete", ref))
+
+    def conflicts(self) -> list[str]:
+        found = []
+        for write in self.writes:
+            live = self.snap.get(write.ref)
+            made = write.verb in ("apply", "create")
+            if made and live is not None and not controlled_by(live, self.snap.owner.uid):
+                found.append(f"{write.label} ({_describe_controller(live)})")
+        return found
+
+    def unread(self) -> tuple[Ref, ...]:
+        return tuple(
+            w.ref
+            for w in self.writes
+            if w.verb in ("apply", "create") and not self.snap.known(w.ref)
+        )
+
+
+def decide(snap: Snapshot) -> Decision:
+    """The whole reconcile's outcome for this snapshot."""
+    housekeeping, notices = _housekeeping(snap)
+    if snap.invalid is not None or snap.spec is None:
+        found = Findings(invalid=snap.invalid or "the spec could not be read")
+        return _finish(snap, housekeeping, notices, found, StatusParts(), invalid=True)
+    spec = snap.spec
+    refusal = _pod_security(snap, spec)
+    if refusal is not None:
+        # Before any child: a Job or a group the namespace refuses would only fail later,
+        # pod by pod, in events of objects the user does not watch.
+        found = Findings(spec=spec, pod_security=refusal)
+        return _finish(snap, housekeeping, notices, found, StatusParts(spec=spec))
+    plan = _Plan(snap)
+    gate = _preflight(snap, spec, plan)
+    failures = _failure_budget(snap, spec)
+    parked = failures is not None and bool(failures.get("parked"))
+    cache: CacheState | None = None
+    rollout: RolloutStep | None = None
+    if snap.lws_installed and gate.deploy:
+        cache = _model_cache(snap, spec, plan)
+        rollout = _serving(snap, spec, cache, parked, plan)
+    unread = plan.unread()
+    conflicts = plan.conflicts()
+    if conflicts:
+        # Retried by the periodic resync; a user's change of the name reconciles at once.
+        found = Findings(spec=spec, name_conflict=_conflict_message(conflicts))
+        decision = _finish(snap, housekeeping, notices, found, StatusParts(spec=spec))
+        return dataclasses.replace(decision, unread=unread)
+    pods = observe(
+        spec,
+        lws_crd_installed=snap.lws_installed,
+        lws=snap.get((LWS_API, "LeaderWorkerSet", names.leader_worker_set(snap.owner.name))),
+        pods=list(snap.pods),
+        gpus=snap.gpus,
+        name=snap.owner.name,
+        gone_nodes=snap.gone_nodes,
+    )
+    numbers, speculation = speculation_update(spec, snap.status, snap.readings.acceptance)
+    settled = rollout is None or rollout.settled
+    if cache is not None and snap.lws_installed and gate.deploy and settled:
+        cache = _collect_old_revisions(snap, spec, cache, pods, plan)
+    found = Findings(
+        pods=pods,
+        spec=spec,
+        gate=gate,
+        parked=parked_message(failures or {}) if parked else None,
+        cache=cache,
+        canary=rollout.plan.condition if rollout is not None else None,
+        speculation=speculation,
+    )
+    final = final_conditions(found)
+    parts = StatusParts(
+        spec=spec,
+        gate=gate,
+        cache=cache,
+        startup=startup_section(cache, list(snap.pods), spec.replicas, final.ready_replicas),
+        readings=snap.readings,
+        speculative_numbers=numbers,
+        startup_failures=failures,
+        rollout=RolloutStatus(rollout.plan.section, rollout.render.pods_from)
+        if rollout is not None
+        else RolloutStatus(snap.status.get("rollout")),
+    )
+    decision = _finish(snap, [*housekeeping, *plan.writes], notices, found, parts, final=final)
+    return dataclasses.replace(
+        decision,
+        unread=unread,
+        tracks=rollout.plan.tracks if rollout is not None else None,
+    )
+
+
+def failed(snap: Snapshot, exc: Exception) -> Decision:
+    """The status when a step raised: Degraded says which, and the controller retries."""
+    if isinstance(exc, KubeError):
+        reason, what = Reason.APPLY_FAILED, f"writing a child failed: {exc}"
+    else:
+        reason, what = Reason.RECONCILE_FAILED, f"the reconcile failed: {type(exc).__name__}"
+        if str(exc):
+            what += f": {exc}"
+    message = redact(f"{what[:600]}; the operator retries")
+    degraded = Observation(0, (Condition(ConditionType.DEGRADED, "True", reason, message),), reason)
+    return _finish(snap, [], [], Findings(spec=snap.spec), StatusParts(spec=snap.spec), degraded)
+
+
+def _finish(
+    snap: Snapshot,
+    writes: Sequence[Write],
+    notices: Sequence[Condition],
+    found: Findings,
+    parts: StatusParts,
+    final: Observation | None = None,
+    invalid: bool = False,
+) -> Decision:
+    final = final if final is not None else final_conditions(found)
+    status = desired_status(snap.body, final, snap.now, parts)
+    delta = status_delta(snap.status, status)
+    old = snap.status.get("conditions", []) or []
+    events = [cond for cond in final.conditions if delta and changed(old, cond)]
+    return Decision(
+        writes=tuple(writes),
+        status_patch=delta,
+        events=(*notices, *events),
+        conditions=final.conditions,
+        status=status,
+        invalid=invalid,
+    )
+
+
+def _housekeeping(snap: Snapshot) -> tuple[list[Write], list[Condition]]:
+    """Kopf's finalizer of earlier releases dropped (it would block a deletion while the
+    operator is down); status fields of the wrong type removed and named in an event."""
+    writes: list[Write] = []
+    notices: list[Condition] = []
+    meta = snap.body["metadata"]
+    ref: Ref = (c.API_VERSION, c.KIND, meta["name"])
+    finalizers = list(meta.get("finalizers") or [])
+    if c.LEGACY_KOPF_FINALIZER in finalizers:
+        kept = [f for f in finalizers if f != c.LEGACY_KOPF_FINALIZER]
+        body = {"metadata": {"finalizers": kept, "resourceVersion": meta.get("resourceVersion")}}
+        writes.append(Write("patch", ref, body))
+    if snap.dropped_status:
+        removal = _status_removal(snap.dropped_status)
+        if removal:
+            writes.append(Write("patch_status", ref, removal))
+        message = (
+            f"ignored {', '.join(snap.dropped_status)}: not of the type the operator writes; "
+            "the operator writes these fields itself, nothing else should"
+        )
+        notices.append(
+            Condition(ConditionType.DEGRADED, "True", Reason.STATUS_FIELD_IGNORED, message)
+        )
+    return writes, notices
+
+
+def _status_removal(dropped: Sequence[str]) -> dict[str, Any]:
+    removal: dict[str, Any] = {}
+    for path in dropped:
+        parts = path.split(".")[1:]
+        if not parts or "[" in path:
+            continue  # the whole status, or list items: the list is written whole anyway
+        if len(parts) == 1:
+            removal[parts[0]] = None
+        elif isinstance(removal.setdefault(parts[0], {}), dict):
+            removal[parts[0]][parts[1]] = None  # a merge patch removes a key named with null
+    return removal
+
+
+def _pod_security(snap: Snapshot, spec: KimiK3DeploymentSpec) -> str | None:
+    """Why the namespace's enforced level would refuse a pod this spec makes; None when it
+    admits them all, or its labels cannot be read."""
+    if snap.namespace_labels is None:
+        return None
+    refusal = predict(spec, snap.owner, namespace_policy(snap.namespace_labels))
+    return refusal.message(snap.owner.namespace) if refusal is not None else None
+
+
+def _conflict_message(objects: Sequence[str]) -> str:
+    return (
+        f"{', '.join(objects)} already exists in the namespace and is not this "
+        "KimiK3Deployment's; the operator changes nothing of it and creates nothing else. "
+        "Rename this KimiK3Deployment, or remove that object if it is unused"
+    )
+
+
+def _preflight(snap: Snapshot, spec: KimiK3DeploymentSpec, plan: _Plan) -> Gate:
+    """The static stage, then (when asked and not already failed) the image probe, whose
+    verdict is read from the probe Job's own pod every time, never from the status."""
+    table = load_table()
+    static = evaluate(spec, table, snap.now)
+    if spec.preflight.mode == "Disabled" or not spec.preflight.probe or static.failed:
+        return static
+    owner = snap.owner
+    key = probe_key(spec)
+    children = desired_children(spec, owner, parts=PROBE)
+    plan.apply(children)
+    job_name = names.preflight_job(owner.name, key)
+    job = snap.get(("batch/v1", "Job", job_name))
+    kept = ((job or {}).get("metadata", {}).get("annotations") or {}).get(c.PROBE_REPORT_ANNOTATION)
+    if kept:
+        state = report_state(kept, spec.engine.image)
+    else:
+        # Only the Job's own pods speak for the image: the label is anyone's to set.
+        pods = [
+            pod
+            for pod in snap.pods
+            if (pod["metadata"].get("labels") or {}).get(c.PROBE_KEY_LABEL) == key
+            and controlled_by(pod, uid_of(job))
+        ]
+        state = probe_state(job, pods, spec.engine.image)
+        if state.phase == "Done" and job is not None:
+            # Kept on the Job, so the verdict outlives the pod's garbage collection; without
+            # the credentials its errors may quote.
+            text = json.dumps(redact_tree(state.report), separators=(",", ":"), sort_keys=True)
+            patch = {"metadata": {"annotations": {c.PROBE_REPORT_ANNOTATION: text}}}
+            plan.writes.append(Write("patch", ("batch/v1", "Job", job_name), patch))
+    try:
+        return evaluate(spec, table, snap.now, state, key)
+    except (AttributeError, TypeError, KeyError, ValueError) as exc:
+        # A report of the right outline with the wrong things inside.
+        unreadable = ProbeState(
+            "Failed",
+            Reason.PROBE_FAILED,
+            f"the probe's report in {spec.engine.image} could not be read "
+            f"({type(exc).__name__}: {str(exc)[:200]})",
+        )
+        return evaluate(spec, table, snap.now, unreadable, key)
+
+
+def _failure_budget(snap: Snapshot, spec: KimiK3DeploymentSpec) -> dict[str, Any] | None:
+    """status.startupFailures after counting the serving pods' start-up failures."""
+    serving = [
+        p
+        for p in snap.pods
+        if ((p.get("metadata") or {}).get("labels") or {}).get(c.LABEL_COMPONENT)
+        in (c.COMPONENT_LEADER, c.COMPONENT_WORKER)
+    ]
+    meta = snap.body["metadata"]
+    retry = (meta.get("annotations") or {}).get(c.RETRY_ANNOTATION, "")
+    return failure_budget(
+        snap.status.get("startupFailures") or {},
+        startup_failures(serving) if snap.lws_installed else [],
+        generation=int(meta.get("generation", 0) or 0),
+        retry=str(retry)[:63],
+        budget=spec.rollout.max_startup_failures,
+    )
+
+
+def _model_cache(snap: Snapshot, spec: KimiK3DeploymentSpec, plan: _Plan) -> CacheState | None:
+    """The claim and the download Job for this spec's weights, and where they stand."""
+    if spec.model.cache is None:
+        return None
+    owner = snap.owner
+    key = cache_key(spec, owner)
+    claim_name = cache_claim_name(owner, spec.model.cache)
+    job_ref: Ref = ("batch/v1", "Job", names.download_job(owner.name, key))
+    stored = snap.status.get("modelCache") or {}
+    made = {child["kind"]: child for child in desired_children(spec, owner, parts=CACHE)}
+    if "PersistentVolumeClaim" in made:
+        plan.create(made["PersistentVolumeClaim"])
+    claim = snap.get(("v1", "PersistentVolumeClaim", claim_name))
+    claim_uid = ((claim or {}).get("metadata") or {}).get("uid")
+    replaced = bool(stored.get("claimUID")) and bool(claim_uid) and stored["claimUID"] != claim_uid
+    job = snap.get(job_ref)
+    if replaced and job is not None and not (job.get("metadata") or {}).get("deletionTimestamp"):
+        # A new, empty volume: the finished Job that filled the old one runs again.
+        plan.delete_owned(job_ref)
+    elif replaced or not (stored.get("key") == key and stored.get("phase") == "Ready"):
+        plan.apply([made["ConfigMap"]])
+        plan.create(made["Job"])
+    _delete_other_downloads(snap, key, plan)
+    pods = [
+        pod
+        for pod in snap.pods
+        if (pod["metadata"].get("labels") or {}).get(c.CACHE_KEY_LABEL) == key
+        and controlled_by(pod, uid_of(job))
+    ]
+    found = cache_state(
+        key=key,
+        claim_name=claim_name,
+        job_name=job_ref[2],
+        claim=claim,
+        job=job,
+        pods=pods,
+        stored=stored,
+    )
+    return ready_since(found, snap.now)
+
+
+def _delete_other_downloads(snap: Snapshot, key: str, plan: _Plan) -> None:
+    """A download for a revision no longer asked for only takes bandwidth from this one; a
+    collection made for another revision would keep the wrong one."""
+    for component, label in (
+        (c.COMPONENT_DOWNLOAD, c.CACHE_KEY_LABEL),
+        (c.COMPONENT_COLLECT, c.COLLECT_KEY_LABEL),
+    ):
+        for job in snap.children("batch/v1", "Job"):
+            labels = job["metadata"].get("labels") or {}
+            if labels.get(c.LABEL_COMPONENT) == component and labels.get(label) != key:
+                plan.delete_owned(ref_of(job))
+
+
+def _serving(
+    snap: Snapshot,
+    spec: KimiK3DeploymentSpec,
+    cache: CacheState | None,
+    parked: bool,
+    plan: _Plan,
+) -> RolloutStep | None:
+    """The LeaderWorkerSet, the Service and the PodMonitor; the rollout step, unless the
+    weights are not in the cache yet (then a running LeaderWorkerSet keeps serving its
+    revision)."""
+    owner = snap.owner
+    # No serving pod may start on a replaced, empty volume, not even one LWS recreates; a
+    # parked deployment frees its accelerators.
+    serving = (
+        dataclasses.replace(spec, replicas=0)
+        if parked or (cache is not None and cache.volume_replaced)
+        else spec
+    )
+    weight_bytes = cache.bytes_total if cache is not None and cache.ready else None
+    waiting_for_cache = cache is not None and not cache.ready and not cache.volume_replaced
+    live_lws = snap.get((LWS_API, "LeaderWorkerSet", names.leader_worker_set(owner.name)))
+    step = rollout_step(
+        snap.body, serving, owner, live_lws, snap.pods, weight_bytes, snap.readings, snap.seconds
+    )
+    children = desired_children(
+        serving,
+        owner,
+        parts=SERVING if waiting_for_cache else GROUPS_AND_SERVING,
+        pod_monitor_available=snap.pod_monitor_installed,
+        weight_bytes=weight_bytes,
+        rollout=step.render,
+        pod_monitor_labels=snap.pod_monitor_labels,
+    )
+    plan.apply(children)
+    if snap.pod_monitor_installed and not any(ch["kind"] == "PodMonitor" for ch in children):
+        plan.delete_owned((PODMONITOR_API, "PodMonitor", names.pod_monitor(owner.name)))
+    return None if waiting_for_cache else step
+
+
+def _collect_old_revisions(
+    snap: Snapshot,
+    spec: KimiK3DeploymentSpec,
+    cache: CacheState,
+    pods: Observation,
+    plan: _Plan,
+) -> CacheState:
+    """Once the rollout to this revision is complete, a Job deletes what only the revisions
+    no longer asked for use, in a claim the operator made (one somebody else named may hold
+    other deployments' weights)."""
+    if spec.model.cache is None or spec.model.cache.claim_name:
+        return cache
+    if not wants_collection(cache, list(snap.pods), spec.replicas, pods.ready_replicas):
+        return cache
+    keep = [
+        {"repo": str(r.get("repo")), "commit": str(r.get("commit"))}
+        for r in cache.repos
+        if r.get("repo") and r.get("commit")
+    ]
+    if not keep:
+        return cache
+    plan.create(with_spec_hash(build_collect_job(spec, snap.owner, cache.key, keep)))
+    collect_pods = [
+        p
+        for p in snap.pods
+        if ((p.get("metadata") or {}).get("labels") or {}).get(c.COLLECT_KEY_LABEL) == cache.key
+    ]
+    return with_collection(cache, collect_pods)

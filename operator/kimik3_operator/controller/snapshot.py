@@ -1,0 +1,207 @@
+"""Step one of a reconcile: everything about one KimiK3Deployment, read once.
+
+The store answers (the owner index: every child and pod that carries the resource's
+instance label); the API server is asked only for a name the decision would create and the
+store does not hold, since the store keeps only labelled objects.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from kimik3_operator.api import constants as c
+from kimik3_operator.api import names
+from kimik3_operator.api.conditions import now_rfc3339
+from kimik3_operator.api.parse import parse_spec
+from kimik3_operator.api.spec import KimiK3DeploymentSpec
+from kimik3_operator.api.types import SpecError
+from kimik3_operator.builders.common import Owner
+from kimik3_operator.builders.model_cache import cache_claim_name
+from kimik3_operator.kube import Kube, Obj, namespace_labels_from_server
+from kimik3_operator.observation.readings import Readings
+from kimik3_operator.observation.status_input import with_readable_status
+from kimik3_operator.observation.workload import GpuCounts, wants_gpu_counts
+
+# (apiVersion, kind, name) of an object in the resource's namespace.
+Ref = tuple[str, str, str]
+LWS_API = f"{c.LWS_GROUP}/{c.LWS_VERSION}"
+PODMONITOR_API = f"{c.MONITORING_GROUP}/v1"
+CRD_API = "apiextensions.k8s.io/v1"
+# The kinds a KimiK3Deployment's children come in, besides its pods.
+CHILD_KINDS: tuple[tuple[str, str], ...] = (
+    (LWS_API, "LeaderWorkerSet"),
+    ("v1", "Service"),
+    (PODMONITOR_API, "PodMonitor"),
+    ("batch/v1", "Job"),
+    ("v1", "ConfigMap"),
+    ("v1", "PersistentVolumeClaim"),
+)
+
+
+class GpuCounter(Protocol):
+    """The runtime's GPU ledger, as a reconcile reads it."""
+
+    def has_node(self, name: str) -> bool: ...
+
+    def counts(
+        self, resource: str, node_selector: Mapping[str, str], tolerations: Sequence[Any]
+    ) -> GpuCounts: ...
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a reconcile reads besides the API: the clock (as status text and as seconds),
+    the GPU ledger, the readers' latest readings, the namespaces' labels (the runtime keeps
+    them a while rather than asking at every reconcile) and the operator's settings."""
+
+    clock: Callable[[], str] = now_rfc3339
+    seconds: Callable[[], float] = time.time
+    ledger: GpuCounter | None = None
+    readings: Readings = field(default_factory=Readings)
+    namespace_labels: Callable[[Kube, str], Mapping[str, str] | None] = namespace_labels_from_server
+    # Labels on every PodMonitor the operator makes.
+    pod_monitor_labels: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    body: Obj
+    owner: Owner
+    now: str
+    seconds: float
+    readings: Readings = field(default_factory=Readings)
+    pod_monitor_labels: Mapping[str, str] = field(default_factory=dict)
+    # Status fields of the wrong type, read as absent.
+    dropped_status: tuple[str, ...] = ()
+    spec: KimiK3DeploymentSpec | None = None
+    # Why the name or the spec cannot be served (then nothing else is read).
+    invalid: str | None = None
+    namespace_labels: Mapping[str, str] | None = None
+    lws_installed: bool = False
+    pod_monitor_installed: bool = False
+    pods: tuple[Obj, ...] = ()
+    live: Mapping[Ref, Obj] = field(default_factory=dict)
+    # Names asked of the API server and absent there too.
+    absent: frozenset[Ref] = frozenset()
+    gpus: GpuCounts | None = None
+    gone_nodes: frozenset[str] = frozenset()
+
+    @property
+    def status(self) -> Mapping[str, Any]:
+        return self.body.get("status") or {}
+
+    def get(self, ref: Ref) -> Obj | None:
+        return self.live.get(ref)
+
+    def known(self, ref: Ref) -> bool:
+        """Whether the snapshot can say if ``ref`` exists (store or server)."""
+        return ref in self.live or ref in self.absent
+
+    def children(self, api_version: str, kind: str) -> list[Obj]:
+        return [
+            obj for (a, k, _), obj in sorted(self.live.items()) if (a, k) == (api_version, kind)
+        ]
+
+
+def instance_selector(owner: Owner) -> str:
+    return f"{c.LABEL_INSTANCE}={owner.name},{c.LABEL_MANAGED_BY}={c.OPERATOR_NAME}"
+
+
+def take_snapshot(kube: Kube, key: tuple[str, str], context: Context) -> Snapshot | None:
+    """None when the resource is gone or being deleted (its children go with it)."""
+    namespace, name = key
+    found = kube.get(c.API_VERSION, c.KIND, name, namespace)
+    if found is None or (found.get("metadata") or {}).get("deletionTimestamp"):
+        return None
+    body, dropped = with_readable_status(found)
+    meta = body["metadata"]
+    owner = Owner(meta["name"], meta["namespace"], meta["uid"])
+    snap = Snapshot(
+        body=body,
+        owner=owner,
+        now=context.clock(),
+        seconds=context.seconds(),
+        readings=context.readings,
+        pod_monitor_labels=context.pod_monitor_labels,
+        dropped_status=tuple(dropped),
+    )
+    problem = names.name_error(owner.name)
+    if problem is not None:
+        return dataclasses.replace(snap, invalid=f"{problem}. No child was created.")
+    try:
+        spec = parse_spec(body.get("spec"))
+    except SpecError as err:
+        return dataclasses.replace(snap, invalid=f"{err}. No child was created or changed.")
+    pods = tuple(kube.list("v1", "Pod", namespace, label_selector=instance_selector(owner)))
+    ledger = context.ledger
+    gone = frozenset(
+        node
+        for node in (p.get("spec", {}).get("nodeName") for p in pods)
+        if node and ledger is not None and not ledger.has_node(node)
+    )
+    placement = spec.placement
+    # The ledger is summed only for a pod the scheduler turned away for want of GPUs.
+    gpus = (
+        ledger.counts(placement.gpu_resource, placement.node_selector, placement.tolerations)
+        if ledger is not None and wants_gpu_counts(pods, spec)
+        else None
+    )
+    lws_installed = _crd_exists(kube, c.LWS_CRD)
+    pod_monitor_installed = _crd_exists(kube, c.PODMONITOR_CRD)
+    kinds = [
+        (api_version, kind)
+        for api_version, kind in CHILD_KINDS
+        if (kind != "LeaderWorkerSet" or lws_installed)
+        and (kind != "PodMonitor" or pod_monitor_installed)
+    ]
+    return dataclasses.replace(
+        snap,
+        spec=spec,
+        namespace_labels=context.namespace_labels(kube, namespace),
+        lws_installed=lws_installed,
+        pod_monitor_installed=pod_monitor_installed,
+        pods=pods,
+        live=_children(kube, spec, owner, kinds),
+        gpus=gpus,
+        gone_nodes=gone,
+    )
+
+
+def with_server_reads(kube: Kube, snap: Snapshot, refs: Iterable[Ref]) -> Snapshot:
+    """The snapshot with ``refs`` read from the API server: the store holds only labelled
+    objects, and a name taken by somebody else's is never created over."""
+    live = dict(snap.live)
+    absent = set(snap.absent)
+    for ref in refs:
+        api_version, kind, name = ref
+        found = kube.get_from_server(api_version, kind, name, snap.owner.namespace)
+        if found is None:
+            absent.add(ref)
+        else:
+            live[ref] = found
+    return dataclasses.replace(snap, live=live, absent=frozenset(absent))
+
+
+def _children(
+    kube: Kube, spec: KimiK3DeploymentSpec, owner: Owner, kinds: Sequence[tuple[str, str]]
+) -> dict[Ref, Obj]:
+    selector = instance_selector(owner)
+    live: dict[Ref, Obj] = {}
+    for api_version, kind in kinds:
+        for obj in kube.list(api_version, kind, owner.namespace, label_selector=selector):
+            live[(api_version, kind, obj["metadata"]["name"])] = obj
+    if spec.model.cache is not None:
+        # A claim the user names carries no label of ours.
+        claim = cache_claim_name(owner, spec.model.cache)
+        found = kube.get("v1", "PersistentVolumeClaim", claim, owner.namespace)
+        if found is not None:
+            live[("v1", "PersistentVolumeClaim", claim)] = found
+    return live
+
+
+def _crd_exists(kube: Kube, name: str) -> bool:
+    return kube.get(CRD_API, "CustomResourceDefinition", name) is not None
