@@ -13,7 +13,7 @@ import yaml
 
 from kimik3_operator.cli import main
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+ROOT = pathlib.Path(__file__).resolve().parents[3]
 EXAMPLE = ROOT / "examples" / "kimi-k3-text-dspark.yaml"
 OLD_VLLM = ROOT / "examples" / "kimi-k3-text-dspark-old-vllm.yaml"
 

@@ -9,7 +9,7 @@ import sys
 
 from kimik3_operator.api.constants import Reason
 
-PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "kimik3_operator"
+PACKAGE = pathlib.Path(__file__).resolve().parents[2] / "kimik3_operator"
 # Where each constructor takes its reason.
 MYPY_ARGS = ("--config-file", "", "--strict", "--follow-imports=silent")
 REASON_POSITION = {"Condition": 2, "Finding": 2, "ProbeState": 1, "Problem": 0}

@@ -8,7 +8,7 @@ import pathlib
 import re
 from collections import defaultdict
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+ROOT = pathlib.Path(__file__).resolve().parents[3]
 FIXED = re.compile(
     r"127\.0\.0\.1:(\d{4,5})\b|PORT:-(\d{4,5})\b|--port[\" ,]+(?:type=int, default=)?(\d{4,5})\b"
     r"|\"--port\", type=int, default=(\d{4,5})\b"

@@ -8,7 +8,7 @@ import ast
 import pathlib
 from collections.abc import Iterator
 
-PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "kimik3_operator"
+PACKAGE = pathlib.Path(__file__).resolve().parents[2] / "kimik3_operator"
 
 # Lowest first. A module's layer is its longest matching prefix (a path below the package).
 # The runtime runs a reconciler it is handed (runtime.manager.Reconciler); the host hands it

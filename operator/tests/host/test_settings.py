@@ -12,7 +12,7 @@ import pytest
 
 from kimik3_operator.config import Settings, SettingsError
 
-OPERATOR = pathlib.Path(__file__).resolve().parents[1]
+OPERATOR = pathlib.Path(__file__).resolve().parents[2]
 
 BAD = [
     ("KIMIK3_RESYNC_SECONDS", "abc", "is not a number"),

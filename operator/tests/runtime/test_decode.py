@@ -9,9 +9,10 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+from scripted_api import FakeApi, Response, pod
+
 from kimik3_operator.runtime import decode
 from kimik3_operator.runtime.informer import Informer
-from tests.test_informer import FakeApi, Response, pod
 
 Obj = dict[str, Any]
 

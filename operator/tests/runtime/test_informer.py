@@ -3,81 +3,12 @@
 from __future__ import annotations
 
 import json
-import threading
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from scripted_api import FakeApi, Obj, Response, pod
+
 from kimik3_operator.runtime.informer import Informer
-
-Obj = dict[str, Any]
-
-
-def pod(name: str, version: int) -> Obj:
-    return {
-        "metadata": {
-            "name": name,
-            "namespace": "llm",
-            "uid": f"u-{name}",
-            "resourceVersion": str(version),
-        }
-    }
-
-
-class Response:
-    def __init__(
-        self,
-        status: int,
-        body: Obj | None = None,
-        stream: Callable[[], Iterator[bytes]] | None = None,
-    ) -> None:
-        self.status = status
-        self._body = json.dumps(body or {}).encode()
-        self.response = self
-        self._stream = stream
-
-    def read(self) -> bytes:
-        return self._body
-
-    def stream(self, *_: Any, **__: Any) -> Iterator[bytes]:
-        assert self._stream is not None
-        yield from self._stream()
-
-    def release_conn(self) -> None:
-        pass
-
-
-class FakeApi:
-    """Answers lists from ``objects`` and watches from a script of callables, one a watch."""
-
-    def __init__(self, objects: list[Obj], watches: list[Callable[[str], Response]]) -> None:
-        self.objects = objects
-        self.watches = watches
-        self.lists = 0
-        self.watch_versions: list[str] = []
-        self.watch_timeouts: list[int] = []
-        self.idle = threading.Event()
-
-    @staticmethod
-    def _quiet() -> Iterator[bytes]:
-        time.sleep(0.05)  # a watch that times out with nothing to say
-        yield from ()
-
-    def param_serialize(self, **kwargs: Any) -> tuple[Any, ...]:
-        return (dict(kwargs["query_params"]),)
-
-    def call_api(self, query: dict[str, str], _request_timeout: Any = None) -> Response:
-        if "watch" not in query:
-            self.lists += 1
-            return Response(
-                200, {"items": list(self.objects), "metadata": {"resourceVersion": "10"}}
-            )
-        self.watch_versions.append(query["resourceVersion"])
-        self.watch_timeouts.append(int(query["timeoutSeconds"]))
-        if not self.watches:
-            self.idle.set()
-            return Response(200, stream=self._quiet)
-        return self.watches.pop(0)(query["resourceVersion"])
 
 
 def events(*items: tuple[str, Obj], broken: bool = False) -> Callable[[str], Response]:

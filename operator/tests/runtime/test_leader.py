@@ -4,6 +4,7 @@ the follower has seen it, handover at once on release, and no write after leader
 from __future__ import annotations
 
 import copy
+import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -130,6 +131,53 @@ def test_a_racing_takeover_has_one_winner() -> None:
     b.step()
     holders = [e.identity for e in (b, c) if e.leading.is_set()]
     assert len(holders) == 1
+
+
+class RacingLeaseApi(LeaseApi):
+    """Both electors read the Lease before either writes (a barrier in ``get``); the write
+    checks the resourceVersion and bumps it atomically, as etcd does."""
+
+    def __init__(self, parties: int) -> None:
+        super().__init__()
+        self.barrier = threading.Barrier(parties, timeout=5)
+        self.lock = threading.Lock()
+        self.conflicts = 0
+
+    def get(self, *args: Any) -> dict[str, Any] | None:
+        found = super().get(*args)
+        self.barrier.wait()
+        return found
+
+    def patch(self, *args: Any) -> Any:
+        with self.lock:
+            try:
+                return super().patch(*args)
+            except KubeError:
+                self.conflicts += 1
+                raise
+
+
+def test_two_electors_that_read_the_same_version_cannot_both_take_the_lease() -> None:
+    """An expired Lease read by two replicas at once: both write against the version they
+    read, the API server takes one, the other gets 409 and does not lead."""
+    api, clock, log = RacingLeaseApi(parties=2), Clock(), []
+    api.lease = {
+        "metadata": {"resourceVersion": "7"},
+        "spec": {"holderIdentity": "gone", "leaseDurationSeconds": 12, "leaseTransitions": 3},
+    }
+    api.version = 7
+    a, b = elector(api, clock, "a", log), elector(api, clock, "b", log)
+    for racer in (a, b):
+        racer._seen = ("7", -100.0)  # both saw the Lease unrenewed for longer than it lasts
+    threads = [threading.Thread(target=racer.step) for racer in (a, b)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(5)
+    leaders = [e.identity for e in (a, b) if e.leading.is_set()]
+    assert len(leaders) == 1 and api.conflicts == 1
+    assert api.lease["spec"]["holderIdentity"] == leaders[0]
+    assert api.lease["spec"]["leaseTransitions"] == 4
 
 
 def test_no_write_leaves_a_replica_that_lost_leadership() -> None:

@@ -1,0 +1,200 @@
+"""decide() as a table: a snapshot in, a Decision out, with no API at all. Each row names
+what the cluster holds and what the operator must then write and say."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from conftest import resource, spec_of
+from kimik3_operator.api import constants as c
+from kimik3_operator.builders.common import Owner
+from kimik3_operator.builders.model_cache import cache_claim_name
+from kimik3_operator.controller.decide import Decision, decide
+from kimik3_operator.controller.snapshot import LWS_API, Ref, Snapshot
+
+NOW = "2026-12-05T00:00:00Z"
+OWNER = Owner("k3", "llm", "uid-1")
+LWS: Ref = (LWS_API, "LeaderWorkerSet", "k3")
+SERVICE: Ref = ("v1", "Service", "k3")
+CHILDREN = (LWS, SERVICE, ("monitoring.coreos.com/v1", "PodMonitor", "k3"))
+
+
+def snapshot(
+    spec: Mapping[str, Any] | None = None,
+    *,
+    status: Mapping[str, Any] | None = None,
+    live: Mapping[Ref, Any] | None = None,
+    checked: bool = True,
+    **fields: Any,
+) -> Snapshot:
+    """A snapshot of resource ``k3`` in ``llm`` whose children the store and the API server
+    have both been asked about (``checked``): those in ``live`` exist, no other."""
+    body = resource(**(spec or {}))
+    if status is not None:
+        body["status"] = dict(status)
+    parsed = spec_of(**body["spec"])
+    base = Snapshot(
+        body=body,
+        owner=OWNER,
+        now=NOW,
+        seconds=0.0,
+        spec=parsed,
+        namespace_labels={},
+        lws_installed=True,
+        pod_monitor_installed=True,
+        live=dict(live or {}),
+    )
+    if checked:
+        made = {w.ref for w in decide(dataclasses.replace(base, live={})).writes}
+        base = dataclasses.replace(base, absent=frozenset(made - set(base.live)))
+    return dataclasses.replace(base, **fields)
+
+
+def owned(kind: str, name: str, api_version: str = "v1", **more: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": api_version,
+        "kind": kind,
+        "metadata": {
+            "name": name,
+            "namespace": "llm",
+            "uid": f"uid-{name}",
+            "ownerReferences": [{"kind": c.KIND, "name": "k3", "uid": "uid-1", "controller": True}],
+        },
+        **more,
+    }
+
+
+def written(decision: Decision) -> list[str]:
+    return [f"{w.verb} {w.label}" for w in decision.writes]
+
+
+def said(decision: Decision, type_: str) -> tuple[str, str]:
+    found = next(x for x in decision.status["conditions"] if x["type"] == type_)
+    return found["status"], found["reason"]
+
+
+ROWS = [
+    pytest.param(
+        {},
+        {},
+        ["apply LeaderWorkerSet/k3", "apply Service/k3", "apply PodMonitor/k3"],
+        ("True", "WaitingForLeaderWorkerSet"),
+        id="a new resource: its children, and Progressing",
+    ),
+    pytest.param(
+        {"engine": {"image": "vllm/vllm-openai:v0.27.1"}},
+        {},
+        [],
+        ("False", "PreflightFailed"),
+        id="an image the preflight refuses: no child",
+    ),
+    pytest.param(
+        {},
+        {"live": {SERVICE: {"metadata": {"name": "k3", "ownerReferences": []}}}},
+        [],
+        ("False", "NameConflict"),
+        id="a Service of that name is somebody else's: nothing is written",
+    ),
+    pytest.param(
+        {"engine": {"addCapabilities": ["SYS_NICE"]}},
+        {"namespace_labels": {"pod-security.kubernetes.io/enforce": "restricted"}},
+        [],
+        ("False", "PodSecurityRefused"),
+        id="a namespace that refuses the pods: no child",
+    ),
+    pytest.param(
+        {"model": {"cache": {}}},
+        {},
+        [
+            "create PersistentVolumeClaim/k3-model-cache",
+            "apply ConfigMap/k3-download-script",
+            "create Job/",
+            "apply Service/k3",
+            "apply PodMonitor/k3",
+        ],
+        ("True", "WaitingForModelCache"),
+        id="the cache is empty: the download, and no LeaderWorkerSet yet",
+    ),
+]
+
+
+@pytest.mark.parametrize(("spec", "snap", "writes", "progressing"), ROWS)
+def test_decide(
+    spec: dict[str, Any], snap: dict[str, Any], writes: list[str], progressing: tuple[str, str]
+) -> None:
+    decision = decide(snapshot(spec, **snap))
+    # A download Job's name carries the cache key: compared up to it.
+    assert [
+        w.split("Job/")[0] + ("Job/" if "Job/" in w else "") for w in written(decision)
+    ] == writes
+    assert said(decision, "Progressing") == progressing
+    assert decision.unread == ()
+
+
+def test_a_name_the_store_does_not_hold_is_asked_of_the_server_first() -> None:
+    decision = decide(snapshot(checked=False))
+    assert set(CHILDREN) <= set(decision.unread)
+
+
+def test_an_unchanged_child_is_not_written_and_a_changed_one_is_forced() -> None:
+    first = decide(snapshot())
+    live = {w.ref: dict(w.body) for w in first.writes}
+    assert written(decide(snapshot(live=live))) == []
+    stale = dict(live[SERVICE], spec={"ports": []})
+    again = decide(snapshot(live={**live, SERVICE: stale}))
+    assert written(again) == ["apply Service/k3"]
+    assert again.writes[0].force, "forced over what this resource controls"
+
+
+def test_parked_frees_the_gpus_and_the_preflight_outranks_it() -> None:
+    decision = decide(snapshot(status=PARKED))
+    lws = next(w for w in decision.writes if w.ref == LWS)
+    assert lws.body["spec"]["replicas"] == 0
+    assert said(decision, "Progressing") == ("False", "ParkedAfterStartupFailures")
+    refused = decide(snapshot({"engine": {"image": "vllm/vllm-openai:v0.27.1"}}, status=PARKED))
+    assert said(refused, "Progressing") == ("False", "PreflightFailed")
+
+
+def test_a_claim_somebody_else_named_is_read_never_created() -> None:
+    spec = {"model": {"cache": {"claimName": "shared-weights"}}}
+    claim = cache_claim_name(OWNER, spec_of(**spec).model.cache)  # type: ignore[arg-type]
+    decision = decide(snapshot(spec))
+    assert claim == "shared-weights"
+    assert not [w for w in decision.writes if w.ref[1] == "PersistentVolumeClaim"]
+
+
+PARKED = {"startupFailures": {"generation": 1, "count": 3, "budget": 3, "parked": True}}
+
+
+def test_where_two_stages_hold_the_higher_one_decides() -> None:
+    """docs/architecture.md's precedence, pair by pair, down the table."""
+    restricted = {"pod-security.kubernetes.io/enforce": "restricted"}
+    foreign = {"metadata": {"name": "k3", "ownerReferences": []}}
+    probe_map: Ref = ("v1", "ConfigMap", "k3-preflight-probe")
+    cases = [
+        (snapshot(invalid="metadata.name: too long"), "InvalidSpec"),
+        (
+            snapshot(
+                {"engine": {"addCapabilities": ["SYS_NICE"]}},
+                live={SERVICE: foreign},
+                namespace_labels=restricted,
+            ),
+            "PodSecurityRefused",
+        ),
+        (
+            snapshot({"preflight": {"probe": True}}, live={probe_map: foreign}),
+            "NameConflict",
+        ),
+        (snapshot({"engine": {"image": "vllm/vllm-openai:v0.27.1"}}, status=PARKED), None),
+        (snapshot({"model": {"cache": {}}}, status=PARKED), "ParkedAfterStartupFailures"),
+        (snapshot({"model": {"cache": {}}}), "WaitingForModelCache"),
+    ]
+    reasons = [decide(snap).status["reason"] for snap, _ in cases]
+    assert reasons[:3] == ["InvalidSpec", "PodSecurityRefused", "NameConflict"]
+    assert reasons[3] not in ("ParkedAfterStartupFailures", "AsExpected"), "preflight first"
+    assert said(decide(cases[3][0]), "Progressing") == ("False", "PreflightFailed")
+    assert reasons[4:] == ["ParkedAfterStartupFailures", "WaitingForModelCache"]
