@@ -22,14 +22,14 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "operator"))
 
-from e2e.conftest import Cluster, create_test_namespace, tools_bin  # noqa: E402
-from e2e.real_node import start_real_node  # noqa: E402
-from e2e.test_real_crash import (  # noqa: E402
+from e2e.support.cluster import Cluster, create_test_namespace, tools_bin  # noqa: E402
+from e2e.support.crash import (  # noqa: E402
     crashed_and_parked,
     forget_volume,
     make_gemma_and_head,
     refused_by_the_probe,
 )
+from e2e.support.real_node import start_real_node  # noqa: E402
 
 KUBECONFIG = ROOT / "e2e" / ".run" / "kubeconfig"
 # Kimi-K3 on 16 GPUs (2 nodes of 8): about 1.6 TB of weights, each node loading its half.

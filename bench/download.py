@@ -1,6 +1,6 @@
 """Weights at line rate: the model cache's download against huggingface_hub's, in one run.
 
-A fake Hub (e2e/fake_hub.py) on 127.0.0.1 serves two synthetic repositories from disk, with
+A fake Hub (e2e/support/fake_hub.py) on 127.0.0.1 serves two synthetic repositories from disk, with
 a cap per connection standing for a CDN's cap on one stream:
 
   few-large   two large shards and the small files beside them (a few large files dominate)
@@ -47,7 +47,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "operator"))
 
-from e2e.fake_hub import FakeHub  # noqa: E402
+from e2e.support.fake_hub import FakeHub  # noqa: E402
 
 SCRIPT = ROOT / "operator" / "kimik3_operator" / "programs" / "download.py"
 MB = 1_000_000

@@ -36,7 +36,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "operator"))
 
-from e2e.conftest import (  # noqa: E402
+from e2e.support.cluster import (  # noqa: E402
     Cluster,
     OperatorProcess,
     create_test_namespace,

@@ -53,7 +53,7 @@ sys.path.insert(0, str(ROOT / "operator"))
 
 from bench.operator_scrape import rss_mib  # noqa: E402 - after the path
 
-from e2e.conftest import tools_bin  # noqa: E402
+from e2e.support.cluster import tools_bin  # noqa: E402
 from kimik3_operator.api.constants import API_VERSION  # noqa: E402
 from kimik3_operator.kube import ApiKube  # noqa: E402
 from kimik3_operator.runtime.bounded_http import fetch as bounded_fetch  # noqa: E402
@@ -67,7 +67,7 @@ KINDS = ("ok", "huge", "big", "drip", "redirect")
 SERVER = textwrap.dedent("""
     import itertools, json, pathlib, sys, time
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-    from e2e.vllm_exporter import FakeLeader
+    from e2e.support.vllm_exporter import FakeLeader
     port, trap, flag = int(sys.argv[1]), int(sys.argv[2]), pathlib.Path(sys.argv[3])
     leaders = {}
     answers = itertools.cycle(["[1,2,3]", '{"bytesDone": 1e400}', "[" * 10000 + "]" * 10000,

@@ -2,7 +2,7 @@
 KimiK3Deployments of 10 single-node groups each, 100 Ready leaders, and scrapes all of them
 every 30 s. Runs on the local control plane (make cluster-up; it adds fake GPU nodes so the
 100 leaders fit). KWOK pods have no network, so KIMIK3_SCRAPE_URL points the scrapes at one
-process serving a fake vLLM leader per pod (e2e/vllm_exporter.py). Prints figures; asserts
+process serving a fake vLLM leader per pod (e2e/support/vllm_exporter.py). Prints figures; asserts
 nothing.
 
     .venv/bin/python bench/operator_scrape.py [--seconds 120]
@@ -22,14 +22,14 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from e2e.conftest import tools_bin  # noqa: E402 - after the path
+from e2e.support.cluster import tools_bin  # noqa: E402 - after the path
 
 KUBECONFIG = ROOT / "e2e" / ".run" / "kubeconfig"
 NAMESPACE = "bench-scrape"
 SERVER = textwrap.dedent("""
     import sys, time
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-    from e2e.vllm_exporter import FakeLeader
+    from e2e.support.vllm_exporter import FakeLeader
     leaders = {}
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self):

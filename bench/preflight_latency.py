@@ -22,7 +22,7 @@ import yaml
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from e2e.conftest import tools_bin  # noqa: E402 - after the path
+from e2e.support.cluster import tools_bin  # noqa: E402 - after the path
 
 KUBECONFIG = ROOT / "e2e" / ".run" / "kubeconfig"
 GROUP, VERSION, PLURAL = "serving.kimik3.io", "v1alpha1", "kimik3deployments"

@@ -40,7 +40,7 @@ sys.path.insert(0, str(ROOT / "operator"))
 from bench.operator_scrape import SERVER, cpu_seconds, rss_mib  # noqa: E402
 
 from e2e.cluster.nodes import node as fake_node  # noqa: E402
-from e2e.conftest import Cluster, service_account_kubeconfig, tools_bin  # noqa: E402
+from e2e.support.cluster import Cluster, service_account_kubeconfig, tools_bin  # noqa: E402
 from kimik3_operator.kube import ApiKube, KubeError  # noqa: E402
 from kimik3_operator.runtime.informer import Informer  # noqa: E402
 

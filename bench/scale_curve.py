@@ -47,7 +47,7 @@ from bench.scale import (  # noqa: E402
 )
 
 from e2e.cluster.nodes import node as fake_node  # noqa: E402
-from e2e.conftest import Cluster, service_account_kubeconfig, tools_bin  # noqa: E402
+from e2e.support.cluster import Cluster, service_account_kubeconfig, tools_bin  # noqa: E402
 from kimik3_operator.kube import ApiKube  # noqa: E402
 
 READS = ("get", "list", "watch")

@@ -29,7 +29,7 @@ from prometheus_client.parser import text_string_to_metric_families  # noqa: E40
 
 from conftest import FakeKube  # noqa: E402 - the unit tier's fake API
 from conftest import resource as kk3d  # noqa: E402
-from e2e.vllm_exporter import FakeLeader  # noqa: E402
+from e2e.support.vllm_exporter import FakeLeader  # noqa: E402
 from kimik3_operator.config import Settings  # noqa: E402
 from kimik3_operator.controller.reconcile import reconcile_for_runtime  # noqa: E402
 from kimik3_operator.observation.acceptance import parse_metrics  # noqa: E402

@@ -1,5 +1,5 @@
 """CPU and memory of the operator's acceptance scraping for N leaders (default 100) on a 30 s
-interval. The leaders are fake vLLM exporters (e2e/vllm_exporter.py) served by a separate
+interval. The leaders are fake vLLM exporters (e2e/support/vllm_exporter.py) served by a separate
 process on 127.0.0.1, one path each; the measured process runs the operator's real acceptance reader
 (HTTP fetch, parse with prometheus_client, windows, aggregation, status decision) against
 an in-memory API, ten deployments of N/10 leaders. Prints figures; asserts nothing.
@@ -27,7 +27,7 @@ from kimik3_operator.runtime.readers import AcceptanceReader  # noqa: E402
 SERVER = textwrap.dedent("""
     import sys, time
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-    from e2e.vllm_exporter import FakeLeader
+    from e2e.support.vllm_exporter import FakeLeader
     leaders = {f"leader-{i}": FakeLeader(started=time.time() - 600,
                drafts_per_second=5 + i % 7) for i in range(int(sys.argv[2]))}
     class Handler(BaseHTTPRequestHandler):

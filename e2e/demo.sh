@@ -22,9 +22,9 @@ kubectl create namespace "$ns" --dry-run=client -o yaml | kubectl apply -f - >/d
   --label kimik3.io/pool=demo --taint kimik3.io/pool=demo:NoSchedule | kubectl apply -f - >/dev/null
 
 # KWOK pods have no network and made-up IPs: a fake vLLM leader on 127.0.0.1 stands in for
-# the leaders' /metrics (e2e/vllm_exporter.py), and the operator's scrape is pointed at it.
+# the leaders' /metrics (e2e/support/vllm_exporter.py), and the operator's scrape is pointed at it.
 if ! { [[ -f "$root/e2e/.run/exporter.pid" ]] && kill -0 "$(cat "$root/e2e/.run/exporter.pid")" 2>/dev/null; }; then
-  nohup "$python" -m e2e.vllm_exporter --port 18090 > "$root/e2e/.run/exporter.log" 2>&1 < /dev/null &
+  nohup "$python" -m e2e.support.vllm_exporter --port 18090 > "$root/e2e/.run/exporter.log" 2>&1 < /dev/null &
   echo $! > "$root/e2e/.run/exporter.pid"
 fi
 
@@ -40,7 +40,7 @@ if ! { [[ -f "$root/e2e/.run/operator.pid" ]] && kill -0 "$(cat "$root/e2e/.run/
 fi
 
 # The sample uses the model cache: a volume for its claim (no provisioner runs here).
-(cd "$root" && "$python" -m e2e.play_download volume "$ns" kimi-k3)
+(cd "$root" && "$python" -m e2e.support.play_download volume "$ns" kimi-k3)
 
 # The sample as it is, placed on the demo's nodes.
 "$python" - "$root/examples/kimi-k3-text-dspark.yaml" <<'PY' | kubectl apply -n "$ns" -f -
@@ -57,12 +57,12 @@ PY
 # container: play the probe's part with the report the real probe gave for vllm 0.33.0.
 # A second run finds the probe's answer already recorded for this image (and its Job gone).
 if [[ "$(kubectl get -n "$ns" kk3d/kimi-k3 -o jsonpath='{.status.capabilities.source}')" != Probe ]]; then
-  "$python" "$here/play_probe.py" "$ns"
+  "$python" "$here/support/play_probe.py" "$ns"
 fi
 # Then the weights: KWOK runs no container either, so the download's report is played into
 # its finished pod (nothing is fetched). A second run finds the cache Ready already.
 if [[ "$(kubectl get -n "$ns" kk3d/kimi-k3 -o jsonpath='{.status.modelCache.phase}')" != Ready ]]; then
-  (cd "$root" && "$python" -m e2e.play_download play "$ns" kimi-k3)
+  (cd "$root" && "$python" -m e2e.support.play_download play "$ns" kimi-k3)
 fi
 kubectl get -n "$ns" jobs
 echo "waiting for kimi-k3 to become Available..."

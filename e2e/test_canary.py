@@ -3,7 +3,7 @@ updates only the groups at or above the partition the operator sets, and the ope
 promotes or rolls back from what the leaders' metrics show.
 
 Stand-ins: KWOK's pods run nothing, so every leader's /metrics is served by a fake vLLM
-exporter (e2e/vllm_exporter.py, vLLM's metric names) whose acceptance follows the image of
+exporter (e2e/support/vllm_exporter.py, vLLM's metric names) whose acceptance follows the image of
 the pod it answers for, as a drafter that suits one engine and not another would."""
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ from typing import Any
 
 import pytest
 
-from e2e.conftest import Cluster, OperatorProcess, condition, describe, kimi, wait_for
-from e2e.vllm_exporter import FakeLeader
+from e2e.support.cluster import Cluster, OperatorProcess, condition, describe, kimi, wait_for
+from e2e.support.leaders import leaders, ready
+from e2e.support.vllm_exporter import FakeLeader
 
 pytestmark = pytest.mark.kwok
 
@@ -28,7 +29,6 @@ OLD = "vllm/vllm-openai:v0.33.0"
 NEW = "vllm/vllm-openai:v0.34.0"
 GOOD = (0.9, 0.8, 0.7, 0.6)  # 75% of drafted tokens accepted
 BAD = (0.1, 0.05, 0.0, 0.0)  # under 4%
-GROUP = "leaderworkerset.sigs.k8s.io/group-index"
 
 
 class Fleet:
@@ -112,24 +112,6 @@ def spec() -> dict[str, Any]:
         "preflight": {"probe": False},
         "rollout": {"canary": {"window": "10s", "minAcceptanceRate": 0.5}},
     }
-
-
-def leaders(cluster: Cluster, namespace: str, name: str) -> dict[int, dict[str, Any]]:
-    pods = cluster.items(
-        "pods", namespace, f"app.kubernetes.io/instance={name},app.kubernetes.io/component=leader"
-    )
-    return {
-        int(p["metadata"]["labels"][GROUP]): p
-        for p in pods
-        if not p["metadata"].get("deletionTimestamp")
-    }
-
-
-def ready(pod: dict[str, Any]) -> bool:
-    return any(
-        c["type"] == "Ready" and c["status"] == "True"
-        for c in pod.get("status", {}).get("conditions", [])
-    )
 
 
 def start(cluster: Cluster, namespace: str, name: str) -> dict[int, dict[str, Any]]:

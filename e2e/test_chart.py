@@ -22,7 +22,9 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from e2e.conftest import (
+from e2e.support.chart import CHART, SMALL, helm
+from e2e.support.cluster import (
+    ROOT,
     RUN,
     Cluster,
     OperatorProcess,
@@ -37,30 +39,9 @@ from kimik3_operator.builders.preflight_job import build_probe_job
 
 pytestmark = pytest.mark.kwok
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-CHART = ROOT / "charts" / "kimik3-operator"
 VARIANTS = ["default", *sorted(p.stem for p in (CHART / "ci").glob("*-values.yaml"))]
 CRD_KINDS = {"ServiceMonitor", "PrometheusRule", "PodMonitor"}
 LEADING = "leading: holding Lease"
-SMALL = {
-    "engine": {"image": "vllm/vllm-openai:v0.33.0"},
-    "preflight": {"probe": False},
-    "parallelism": {"tensor": 8},
-}
-
-
-def helm(cluster: Cluster, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run(
-        [str(cluster.bin_dir / "helm"), *args],
-        capture_output=True,
-        text=True,
-        env=cluster.env,
-        timeout=300,
-        check=False,
-    )
-    if check and result.returncode != 0:
-        raise AssertionError(f"helm {' '.join(args)}: {result.stderr}")
-    return result
 
 
 def render(

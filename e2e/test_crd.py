@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from e2e.conftest import ROOT, Cluster, kimi
+from e2e.support.cluster import ROOT, Cluster, kimi
 from kimik3_operator.cli import main
 
 pytestmark = pytest.mark.kwok

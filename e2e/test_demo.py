@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from e2e.conftest import ROOT, RUN, Cluster
+from e2e.support.cluster import ROOT, RUN, Cluster
 
 pytestmark = pytest.mark.kwok
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from e2e.conftest import Cluster, OperatorProcess, condition, describe, kimi, wait_for
+from e2e.support.cluster import Cluster, OperatorProcess, condition, describe, kimi, wait_for
 
 pytestmark = pytest.mark.kwok
 

@@ -9,7 +9,7 @@ Two runs of it:
 - on KWOK, where no container runs, the Job's pod is played as the probe's is (its report
   written as the termination message), which covers a changed revision's fresh download.
 Stood in for: a storage provisioner (a hostPath PersistentVolume bound to the claim by name),
-the Hub (e2e/fake_hub.py) and, on KWOK, the download itself."""
+the Hub (e2e/support/fake_hub.py) and, on KWOK, the download itself."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from e2e.conftest import (
+from e2e.support.cluster import (
     CACHE_KEY_LABEL,
     RUN,
     Cluster,
@@ -34,8 +34,8 @@ from e2e.conftest import (
     play_download,
     wait_for,
 )
-from e2e.fake_hub import FakeHub
-from e2e.real_node import HUB_IMAGE, RealNode, build_images, start_real_node
+from e2e.support.fake_hub import FakeHub
+from e2e.support.real_node import HUB_IMAGE, RealNode, build_images, start_real_node
 
 TARGET = "moonshotai/Kimi-K3"
 DRAFTER = "RedHatAI/Kimi-K3-speculator.dspark"

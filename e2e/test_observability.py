@@ -1,5 +1,5 @@
 """Dashboards and alerts against a real Prometheus (Debian's `prometheus`, on 127.0.0.1),
-scraping two fake vLLM leaders (e2e/vllm_exporter.py: vLLM's exact metric names with known
+scraping two fake vLLM leaders (e2e/support/vllm_exporter.py: vLLM's exact metric names with known
 rates, standing in for GPU pods that cannot run here) and the operator's own metrics, which
 the operator's real acceptance reader fills from the same fake leaders. Every panel query and every
 alert expression is evaluated through the HTTP API and compared with what the known rates
@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import pathlib
 import shutil
-import socket
 import subprocess
 import threading
 import time
@@ -26,8 +24,16 @@ import pytest
 import yaml
 from prometheus_client import start_http_server
 
-from e2e.conftest import tools_bin
-from e2e.vllm_exporter import FakeLeader, serve
+from e2e.support.cluster import ROOT, free_port
+from e2e.support.prometheus import (
+    DASHBOARDS,
+    Prometheus,
+    chart_rules,
+    expand,
+    operator_job,
+    start_prometheus,
+)
+from e2e.support.vllm_exporter import FakeLeader, serve
 from kimik3_operator import metrics
 from kimik3_operator.controller.reconcile import Context, reconcile
 from kimik3_operator.observation.readings import Readings
@@ -35,94 +41,8 @@ from kimik3_operator.runtime.readers import AcceptanceReader
 
 pytestmark = pytest.mark.kwok
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-CHART = ROOT / "charts" / "kimik3-operator"
-DASHBOARDS = CHART / "dashboards"
 LEADER_B = (0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2)
 API = "serving.kimik3.io/v1alpha1"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-class Prometheus:
-    def __init__(self, url: str) -> None:
-        self.url = url
-
-    def query(self, expr: str) -> list[dict[str, Any]]:
-        params = urllib.parse.urlencode({"query": expr})
-        try:
-            with urllib.request.urlopen(f"{self.url}/api/v1/query?{params}", timeout=10) as r:
-                body = json.load(r)
-        except urllib.error.HTTPError as exc:
-            raise AssertionError(f"{exc}: {exc.read().decode()} for {expr}") from exc
-        assert body["status"] == "success", body
-        result: list[dict[str, Any]] = body["data"]["result"]
-        return result
-
-    def values(self, expr: str) -> dict[str, float]:
-        return {
-            json.dumps(s["metric"], sort_keys=True): float(s["value"][1]) for s in self.query(expr)
-        }
-
-
-def operator_job(port: int) -> dict[str, Any]:
-    """The operator's own metrics, its labels kept (they name the deployment)."""
-    return {
-        "job_name": "operator",
-        "honor_labels": True,
-        "static_configs": [{"targets": [f"127.0.0.1:{port}"]}],
-    }
-
-
-def start_prometheus(
-    work: pathlib.Path,
-    scrape_configs: list[dict[str, Any]],
-    rules: list[dict[str, Any]] | None = None,
-) -> tuple[subprocess.Popen[bytes], Prometheus]:
-    """Debian's Prometheus on 127.0.0.1, scraping and evaluating ``rules`` every second; the
-    caller stops it."""
-    binary = shutil.which("prometheus")
-    assert binary, "Debian's prometheus package is needed (.ci/run installs it)"
-    work.mkdir(parents=True, exist_ok=True)
-    config: dict[str, Any] = {
-        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-        "scrape_configs": scrape_configs,
-    }
-    if rules:
-        (work / "rules.yml").write_text(
-            yaml.safe_dump({"groups": [{"name": "kimik3", "rules": rules}]})
-        )
-        config["rule_files"] = [str(work / "rules.yml")]
-    (work / "prometheus.yml").write_text(yaml.safe_dump(config))
-    port = free_port()
-    process = subprocess.Popen(
-        [
-            binary,
-            f"--config.file={work / 'prometheus.yml'}",
-            f"--storage.tsdb.path={work}/data",
-            f"--web.listen-address=127.0.0.1:{port}",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=(work / "log").open("w"),
-    )
-    return process, Prometheus(f"http://127.0.0.1:{port}")
-
-
-def expand(expr: str) -> str:
-    """Grafana's variables as the test selects them: everything, a 30 s rate window."""
-    for variable, value in (
-        ("$__rate_interval", "30s"),
-        ("$namespace", ".*"),
-        ("$deployment", ".*"),
-        ("$model_name", ".*"),
-    ):
-        expr = expr.replace(variable, value)
-    return expr
 
 
 @pytest.fixture(scope="module")
@@ -385,27 +305,6 @@ def test_idle_ratios_show_no_data_not_nan(prometheus: Prometheus) -> None:
         assert prometheus.query(idle) == [], f"{dashboard} / {title} must guard its ratio"
 
 
-def chart_rules() -> list[dict[str, Any]]:
-    rendered = subprocess.run(
-        [
-            "helm",
-            "template",
-            "t",
-            str(CHART),
-            "--set",
-            "prometheusRule.enabled=true",
-            "--show-only",
-            "templates/prometheusrule.yaml",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-        env={"PATH": f"{tools_bin()}:{os.environ['PATH']}"},
-    ).stdout
-    rules: list[dict[str, Any]] = yaml.safe_load(rendered)["spec"]["groups"][0]["rules"]
-    return rules
-
-
 def test_alert_expressions_on_live_data(prometheus: Prometheus) -> None:
     # The chart's operator alerts select its Service's job; here the operator is job "operator".
     chart_job = 'job="t-kimik3-operator-metrics", namespace="default"'
@@ -497,7 +396,7 @@ def test_operator_writes_acceptance_to_status_on_the_real_control_plane(
 ) -> None:
     """KWOK pods have no network: KIMIK3_SCRAPE_URL points the operator's scrape at a fake
     leader, as documented in the README."""
-    from e2e.conftest import OperatorProcess, kimi, wait_for
+    from e2e.support.cluster import OperatorProcess, kimi, wait_for
 
     port = leaders["k3-0"].port  # type: ignore[attr-defined]
     operator = OperatorProcess(

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from e2e.conftest import (
+from e2e.support.cluster import (
     ROOT,
     Cluster,
     OperatorProcess,

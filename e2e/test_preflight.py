@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from e2e.conftest import (
+from e2e.support.cluster import (
     RUN,
     Cluster,
     OperatorProcess,
@@ -23,7 +23,7 @@ from e2e.conftest import (
     play_download,
     wait_for,
 )
-from e2e.play_probe import play
+from e2e.support.play_probe import play
 
 pytestmark = pytest.mark.kwok
 

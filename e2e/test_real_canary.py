@@ -24,16 +24,22 @@ from typing import Any
 
 import pytest
 
-from e2e.conftest import Cluster, OperatorProcess, condition, describe, kimi, wait_for
-from e2e.real_node import GPU_STAND_IN, RealNode, any_real_node, build_images, start_real_nodes
-from e2e.test_canary import leaders as leaders_of
-from e2e.test_canary import ready
-from e2e.test_real_serving import (
+from e2e.support.cluster import Cluster, OperatorProcess, condition, describe, kimi, wait_for
+from e2e.support.leaders import leaders as leaders_of
+from e2e.support.leaders import ready
+from e2e.support.real_node import (
+    GPU_STAND_IN,
+    RealNode,
+    any_real_node,
+    build_images,
+    start_real_nodes,
+)
+from e2e.support.serving import (
     PROMPTS,
-    _complete,
-    _serving_spec,
+    complete,
     forget_model_volume,
     model_volume,
+    serving_spec,
 )
 
 pytestmark = pytest.mark.real_node
@@ -67,7 +73,7 @@ def models(cluster: Cluster, namespace: str) -> Iterator[pathlib.Path]:
 
 
 def with_drafter(probe_node: RealNode, drafter: dict[str, Any]) -> dict[str, Any]:
-    spec: dict[str, Any] = _serving_spec(probe_node)
+    spec: dict[str, Any] = serving_spec(probe_node)
     spec["replicas"] = 2
     spec["drafter"] = drafter
     if drafter is HEAD:
@@ -94,7 +100,7 @@ class Traffic:
                     continue
                 for prompt in PROMPTS[:2]:
                     try:
-                        _complete(f"http://{ip}:8000", prompt)
+                        complete(f"http://{ip}:8000", prompt)
                     except (OSError, urllib.error.URLError):
                         break
             self.stop.wait(0.5)

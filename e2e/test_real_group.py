@@ -23,8 +23,8 @@ from typing import Any
 
 import pytest
 
-from e2e.conftest import Cluster, OperatorProcess, describe, kimi, wait_for
-from e2e.real_node import (
+from e2e.support.cluster import Cluster, OperatorProcess, describe, kimi, wait_for
+from e2e.support.real_node import (
     GPU_STAND_IN,
     HUB_IMAGE,
     RealNode,
@@ -32,7 +32,7 @@ from e2e.real_node import (
     build_images,
     start_real_nodes,
 )
-from e2e.test_real_serving import _serving_spec, forget_model_volume, model_volume
+from e2e.support.serving import forget_model_volume, model_volume, serving_spec
 
 pytestmark = pytest.mark.real_node
 
@@ -57,7 +57,7 @@ def tiny_llama(cluster: Cluster, namespace: str) -> Iterator[pathlib.Path]:
 
 def group_spec(probe_node: RealNode) -> dict[str, Any]:
     """The real-serving spec, as a group of two one-"GPU" pods on any real node."""
-    spec: dict[str, Any] = _serving_spec(probe_node)
+    spec: dict[str, Any] = serving_spec(probe_node)
     # Drafts from the prompt: speculative decoding with no drafter checkpoint.
     spec["drafter"] = {"method": "ngram", "numSpeculativeTokens": 3}
     # With tensor > 1, vLLM compiles its vocabulary-shard masking with torch.compile, which

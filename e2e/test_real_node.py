@@ -16,8 +16,9 @@ from typing import Any
 
 import pytest
 
-from e2e.conftest import Cluster, create_test_namespace, kimi, wait_for
-from e2e.real_node import (
+from e2e.support.chart import CHART, SMALL, helm
+from e2e.support.cluster import Cluster, create_test_namespace, kimi, wait_for
+from e2e.support.real_node import (
     KUBECTL_IMAGE,
     NODE_LABEL,
     OPERATOR_IMAGE,
@@ -26,7 +27,6 @@ from e2e.real_node import (
     http_get,
     start_real_node,
 )
-from e2e.test_chart import CHART, SMALL, helm
 
 pytestmark = pytest.mark.real_node
 

@@ -20,19 +20,22 @@ import itertools
 import json
 import math
 import pathlib
-import shutil
-import subprocess
 import time
-import urllib.request
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
-from e2e.conftest import ROOT, RUN, Cluster, OperatorProcess, condition, describe, kimi, wait_for
-from e2e.real_node import SETTINGS, RealNode, build_images, start_real_node
-from e2e.test_model_cache import cache_volume
-from e2e.test_observability import (
+from e2e.support.cluster import (
+    RUN,
+    Cluster,
+    OperatorProcess,
+    condition,
+    describe,
+    kimi,
+    wait_for,
+)
+from e2e.support.prometheus import (
     DASHBOARDS,
     Prometheus,
     chart_rules,
@@ -40,61 +43,15 @@ from e2e.test_observability import (
     operator_job,
     start_prometheus,
 )
+from e2e.support.real_node import build_images, start_real_node
+from e2e.support.serving import PROMPTS, complete, forget_model_volume, model_volume, serving_spec
 
 pytestmark = pytest.mark.real_node
 
-VLLM_CPU_IMAGE = SETTINGS["VLLM_CPU_IMAGE"]
 SPECULATIVE = {"method": "draft_model", "model": "/drafter/tiny", "num_speculative_tokens": 3}
 # A draft model equal to the target against a random head's near 0: measured 0.95 to 1.0
 # over a run, and once below 0.9 in a 5-minute window of a few requests on a loaded machine.
 NEAR_ONE = 0.8
-PROMPTS = [
-    "The operator checks the model, the drafter",
-    "Speculative decoding is effective when",
-    "Kimi-K3 is served by vLLM across",
-]
-
-
-def vllm_cpu_python() -> str:
-    out = subprocess.run(
-        ["bash", str(ROOT / "scripts" / "vllm-cpu-venv.sh")],
-        check=True,
-        capture_output=True,
-        text=True,
-    )
-    return out.stdout.strip().splitlines()[-1]
-
-
-def model_volume(cluster: Cluster, namespace: str, models: dict[str, str]) -> pathlib.Path:
-    """Tiny checkpoints (directory: kind of e2e/tiny_model.py) on a volume that the
-    namespace's claim tiny-model binds to."""
-    volume = RUN / "volumes" / namespace
-    python = vllm_cpu_python()
-    for where, kind in models.items():
-        subprocess.run(
-            [python, str(ROOT / "e2e" / "tiny_model.py"), str(volume / where), kind],
-            check=True,
-            capture_output=True,
-        )
-    cache_volume(cluster, namespace, "tiny-model", volume)
-    claim = {
-        "apiVersion": "v1",
-        "kind": "PersistentVolumeClaim",
-        "metadata": {"name": "tiny-model"},
-        "spec": {
-            "accessModes": ["ReadWriteMany"],
-            "storageClassName": "",
-            "volumeName": f"cache-{namespace}",
-            "resources": {"requests": {"storage": "1Gi"}},
-        },
-    }
-    cluster.apply(claim, namespace)
-    return volume
-
-
-def forget_model_volume(cluster: Cluster, namespace: str, volume: pathlib.Path) -> None:
-    cluster.kubectl("delete", "pv", f"cache-{namespace}", "--wait=false", check=False)
-    shutil.rmtree(volume, ignore_errors=True)
 
 
 @pytest.fixture
@@ -102,68 +59,6 @@ def tiny_model(cluster: Cluster, namespace: str) -> Iterator[pathlib.Path]:
     volume = model_volume(cluster, namespace, {"tiny": "llama"})
     yield volume
     forget_model_volume(cluster, namespace, volume)
-
-
-def _serving_spec(node: RealNode) -> dict[str, Any]:
-    placement = node.placement()
-    return {
-        "model": {
-            "repo": "tiny",
-            "architecture": "LlamaForCausalLM",
-            "source": {"pvc": {"claimName": "tiny-model", "path": "tiny"}},
-        },
-        # The target as its own draft model: every draft is accepted.
-        "drafter": {
-            "method": "draft_model",
-            "source": {"pvc": {"claimName": "tiny-model", "path": "tiny"}},
-            "numSpeculativeTokens": 3,
-        },
-        "engine": {
-            "image": VLLM_CPU_IMAGE,
-            "version": "0.32.0",
-            "maxModelLen": 512,
-            "extraArgs": ["--enforce-eager"],
-            # vLLM's CPU build binds its memory to a NUMA node (set_mempolicy), which the
-            # RuntimeDefault seccomp profile allows only with CAP_SYS_NICE.
-            "addCapabilities": ["SYS_NICE"],
-            "env": [
-                {"name": "VLLM_TARGET_DEVICE", "value": "cpu"},
-                {"name": "VLLM_CPU_KVCACHE_SPACE", "value": "1"},
-                {"name": "VLLM_CACHE_ROOT", "value": "/tmp/vllm"},
-                {"name": "TORCHINDUCTOR_CACHE_DIR", "value": "/tmp/inductor"},
-                {"name": "HF_HUB_OFFLINE", "value": "1"},
-            ],
-        },
-        "parallelism": {"tensor": 1},
-        "placement": {
-            "gpusPerNode": 1,
-            "gpuResource": "cpu",
-            "nodeSelector": placement["nodeSelector"],
-            "tolerations": placement["tolerations"],
-            "jobs": placement,
-        },
-        "resources": {"memory": "6Gi", "sharedMemory": "1Gi"},
-        "preflight": {"mode": "Enforce", "probe": True},
-        "monitoring": {"podMonitor": False, "minAcceptanceRate": 0.5},
-    }
-
-
-def _complete(url: str, prompt: str) -> dict[str, Any]:
-    body = json.dumps(
-        {
-            "model": "tiny",
-            "prompt": prompt,
-            "max_tokens": 48,
-            "temperature": 0,
-            "ignore_eos": True,
-        }
-    ).encode()
-    request = urllib.request.Request(
-        f"{url}/v1/completions", data=body, headers={"Content-Type": "application/json"}
-    )
-    with urllib.request.urlopen(request, timeout=120) as response:
-        answer: dict[str, Any] = json.loads(response.read())
-        return answer
 
 
 def _prometheus(
@@ -204,7 +99,7 @@ def test_a_real_vllm_serves_with_speculative_decoding(
     prometheus_process = None
     try:
         started = time.monotonic()
-        cluster.apply(kimi("k3", **_serving_spec(node)), namespace)
+        cluster.apply(kimi("k3", **serving_spec(node)), namespace)
 
         def running() -> bool:
             pods = cluster.items("pod", namespace, "app.kubernetes.io/component=leader")
@@ -243,7 +138,7 @@ def test_a_real_vllm_serves_with_speculative_decoding(
         # Traffic until the operator has a whole window of drafts.
         def measured() -> dict[str, Any] | None:
             for prompt in PROMPTS:
-                _complete(url, prompt)
+                complete(url, prompt)
             body = cluster.get("kk3d", "k3", namespace) or {}
             speculative = (body.get("status") or {}).get("speculative") or {}
             effective = [
@@ -285,7 +180,7 @@ def test_a_real_vllm_serves_with_speculative_decoding(
         deadline = time.monotonic() + 120
         prompts = itertools.cycle(PROMPTS)
         while time.monotonic() < deadline:
-            _complete(url, next(prompts))
+            complete(url, next(prompts))
             try:
                 answered = panels()
             except OSError:
@@ -334,7 +229,7 @@ def test_a_random_eagle3_head_is_reported_ineffective_and_alerts(
     explain: Callable[[], str] = lambda: describe(cluster, "k3", namespace)  # noqa: E731
     prometheus_process = None
     try:
-        spec = _serving_spec(node)
+        spec = serving_spec(node)
         spec["drafter"] = {
             "method": "eagle3",
             "source": {"pvc": {"claimName": "tiny-model", "path": "head"}},
@@ -368,7 +263,7 @@ def test_a_random_eagle3_head_is_reported_ineffective_and_alerts(
 
         def ineffective() -> dict[str, Any] | None:
             for prompt in PROMPTS:
-                _complete(url, prompt)
+                complete(url, prompt)
             body = cluster.get("kk3d", "k3", namespace) or {}
             effective = condition(body, "SpeculationEffective")
             return body if effective.get("status") == "False" else None
@@ -382,7 +277,7 @@ def test_a_random_eagle3_head_is_reported_ineffective_and_alerts(
         assert "0.5" in message, message  # the minimum, beside the measured rate
 
         def firing() -> list[Any] | None:
-            _complete(url, PROMPTS[0])
+            complete(url, PROMPTS[0])
             query = 'ALERTS{alertname="KimiK3AcceptanceBelowMinimum",alertstate="firing"}'
             try:
                 found: list[Any] = prometheus.query(query)

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from e2e.conftest import Cluster, OperatorProcess, condition, kimi, wait_for
-from e2e.play_probe import terminated_status
+from e2e.support.cluster import Cluster, OperatorProcess, condition, kimi, wait_for
+from e2e.support.play_probe import terminated_status
 
 pytestmark = pytest.mark.kwok
 

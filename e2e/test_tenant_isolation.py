@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-from e2e.conftest import (
+from e2e.support.cluster import (
     Cluster,
     OperatorProcess,
     create_test_namespace,

@@ -13,6 +13,7 @@ from kimik3_operator.api import constants as c
 from kimik3_operator.api.conditions import Condition
 from kimik3_operator.api.constants import IMAGE_PULL_REASONS, ConditionType, Reason
 from kimik3_operator.api.spec import KimiK3DeploymentSpec
+from kimik3_operator.observation.pods import pod_ready
 
 Obj = Mapping[str, Any]
 CachePhase = Literal["Pending", "Downloading", "Verifying", "Ready", "Failed"]
@@ -264,7 +265,7 @@ def wants_collection(
         and replicas > 0
         and ready_replicas >= replicas
         and bool(serving)
-        and all(_created(p) >= cache.ready_at and _pod_ready(p) for p in serving)
+        and all(_created(p) >= cache.ready_at and pod_ready(p) for p in serving)
     )
 
 
@@ -358,13 +359,6 @@ def cache_section(cache: CacheState, stored: Mapping[str, Any]) -> dict[str, Any
     return section
 
 
-def _pod_ready(pod: Obj) -> bool:
-    return any(
-        cond.get("type") == "Ready" and cond.get("status") == "True"
-        for cond in pod.get("status", {}).get("conditions", []) or []
-    )
-
-
 def startup_section(
     cache: CacheState | None, pods: Sequence[Obj], replicas: int, ready_replicas: int
 ) -> dict[str, Any]:
@@ -390,7 +384,7 @@ def startup_section(
         if slowest:
             section["slowestPod"] = slowest
         return section
-    loading = [p for p in serving if not _pod_ready(p)]
+    loading = [p for p in serving if not pod_ready(p)]
     section = {
         "phase": "LoadingWeights",
         "message": f"{len(loading)} of {len(serving)} serving pods are starting (loading weights)",

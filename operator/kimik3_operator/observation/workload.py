@@ -16,6 +16,7 @@ from kimik3_operator.api.conditions import Condition
 from kimik3_operator.api.constants import ConditionType, Reason
 from kimik3_operator.api.spec import KimiK3DeploymentSpec
 from kimik3_operator.observation.crashes import STARTUP_REASONS, startup_failures
+from kimik3_operator.observation.pods import pod_ready
 
 Obj = Mapping[str, Any]
 
@@ -104,13 +105,6 @@ def group_gaps(
         if why:
             gaps.append(f"group {index}: {', '.join(why)}")
     return gaps
-
-
-def pod_ready(pod: Obj) -> bool:
-    for cond in pod.get("status", {}).get("conditions", []) or []:
-        if cond.get("type") == "Ready":
-            return bool(cond.get("status") == "True")
-    return False
 
 
 def lost_pods(pods: Sequence[Obj], gone_nodes: frozenset[str]) -> list[Problem]:

@@ -42,8 +42,8 @@ from kimik3_operator.observation.download_progress import (
     parse_progress,
     progress_fields,
 )
+from kimik3_operator.observation.pods import pod_ready
 from kimik3_operator.observation.status_input import readable_status
-from kimik3_operator.observation.workload import pod_ready
 from kimik3_operator.runtime.bounded_http import DEFAULT_DEADLINE_SECONDS
 from kimik3_operator.runtime.bounded_http import fetch as bounded_fetch
 

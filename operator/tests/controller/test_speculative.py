@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from conftest import FakeKube, key_of, resource
-from e2e.vllm_exporter import FakeLeader
+from e2e.support.vllm_exporter import FakeLeader
 from kimik3_operator.controller.reconcile import Context, reconcile
 from kimik3_operator.observation.acceptance import (
     LeaderWindow,

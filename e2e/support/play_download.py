@@ -10,7 +10,7 @@ import sys
 import time
 from typing import Any
 
-from e2e.play_probe import ROOT, _kubectl, terminated_patch
+from e2e.support.play_probe import ROOT, _kubectl, terminated_patch
 
 CACHE_KEY_LABEL = "serving.kimik3.io/cache-key"
 REPORT = {

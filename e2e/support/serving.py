@@ -1,0 +1,131 @@
+"""Real vLLM serving on the real nodes: the tiny model's volume, the serving spec, a completion."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import shutil
+import subprocess
+import urllib.request
+from typing import Any
+
+from e2e.support.cluster import (
+    ROOT,
+    RUN,
+    Cluster,
+    cache_volume,
+)
+from e2e.support.real_node import SETTINGS, RealNode
+
+VLLM_CPU_IMAGE = SETTINGS["VLLM_CPU_IMAGE"]
+
+
+PROMPTS = [
+    "The operator checks the model, the drafter",
+    "Speculative decoding is effective when",
+    "Kimi-K3 is served by vLLM across",
+]
+
+
+def vllm_cpu_python() -> str:
+    out = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "vllm-cpu-venv.sh")],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return out.stdout.strip().splitlines()[-1]
+
+
+def model_volume(cluster: Cluster, namespace: str, models: dict[str, str]) -> pathlib.Path:
+    """Tiny checkpoints (directory: kind of e2e/support/tiny_model.py) on a volume that the
+    namespace's claim tiny-model binds to."""
+    volume = RUN / "volumes" / namespace
+    python = vllm_cpu_python()
+    for where, kind in models.items():
+        subprocess.run(
+            [python, str(ROOT / "e2e" / "tiny_model.py"), str(volume / where), kind],
+            check=True,
+            capture_output=True,
+        )
+    cache_volume(cluster, namespace, "tiny-model", volume)
+    claim = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "tiny-model"},
+        "spec": {
+            "accessModes": ["ReadWriteMany"],
+            "storageClassName": "",
+            "volumeName": f"cache-{namespace}",
+            "resources": {"requests": {"storage": "1Gi"}},
+        },
+    }
+    cluster.apply(claim, namespace)
+    return volume
+
+
+def forget_model_volume(cluster: Cluster, namespace: str, volume: pathlib.Path) -> None:
+    cluster.kubectl("delete", "pv", f"cache-{namespace}", "--wait=false", check=False)
+    shutil.rmtree(volume, ignore_errors=True)
+
+
+def serving_spec(node: RealNode) -> dict[str, Any]:
+    placement = node.placement()
+    return {
+        "model": {
+            "repo": "tiny",
+            "architecture": "LlamaForCausalLM",
+            "source": {"pvc": {"claimName": "tiny-model", "path": "tiny"}},
+        },
+        # The target as its own draft model: every draft is accepted.
+        "drafter": {
+            "method": "draft_model",
+            "source": {"pvc": {"claimName": "tiny-model", "path": "tiny"}},
+            "numSpeculativeTokens": 3,
+        },
+        "engine": {
+            "image": VLLM_CPU_IMAGE,
+            "version": "0.32.0",
+            "maxModelLen": 512,
+            "extraArgs": ["--enforce-eager"],
+            # vLLM's CPU build binds its memory to a NUMA node (set_mempolicy), which the
+            # RuntimeDefault seccomp profile allows only with CAP_SYS_NICE.
+            "addCapabilities": ["SYS_NICE"],
+            "env": [
+                {"name": "VLLM_TARGET_DEVICE", "value": "cpu"},
+                {"name": "VLLM_CPU_KVCACHE_SPACE", "value": "1"},
+                {"name": "VLLM_CACHE_ROOT", "value": "/tmp/vllm"},
+                {"name": "TORCHINDUCTOR_CACHE_DIR", "value": "/tmp/inductor"},
+                {"name": "HF_HUB_OFFLINE", "value": "1"},
+            ],
+        },
+        "parallelism": {"tensor": 1},
+        "placement": {
+            "gpusPerNode": 1,
+            "gpuResource": "cpu",
+            "nodeSelector": placement["nodeSelector"],
+            "tolerations": placement["tolerations"],
+            "jobs": placement,
+        },
+        "resources": {"memory": "6Gi", "sharedMemory": "1Gi"},
+        "preflight": {"mode": "Enforce", "probe": True},
+        "monitoring": {"podMonitor": False, "minAcceptanceRate": 0.5},
+    }
+
+
+def complete(url: str, prompt: str) -> dict[str, Any]:
+    body = json.dumps(
+        {
+            "model": "tiny",
+            "prompt": prompt,
+            "max_tokens": 48,
+            "temperature": 0,
+            "ignore_eos": True,
+        }
+    ).encode()
+    request = urllib.request.Request(
+        f"{url}/v1/completions", data=body, headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=120) as response:
+        answer: dict[str, Any] = json.loads(response.read())
+        return answer
