@@ -20,7 +20,7 @@ import yaml
 from e2e.support.play_probe import terminated_patch
 from kimik3_operator.api.types import DEFAULT_USER as JOB_GROUP
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 RUN = ROOT / "e2e" / ".run"
