@@ -13,7 +13,7 @@ import yaml
 
 from kimik3_operator.api.parse import parse_spec
 from kimik3_operator.api.spec import KimiK3DeploymentSpec
-from kimik3_operator.kube import Obj
+from kimik3_operator.kube import KubeError, Obj
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 CRD_PATH = ROOT / "manifests" / "crd" / "kimik3deployments.yaml"
@@ -77,13 +77,20 @@ class FakeKube:
         self.writes: list[tuple[str, str, str]] = []
         self.forced: list[bool] = []
         self.uids = 100
+        self.versions = 1000
         for name in crds:
             self.objects[("apiextensions.k8s.io/v1", "CustomResourceDefinition", None, name)] = {
                 "metadata": {"name": name}
             }
 
+    def _bump(self, obj: Obj) -> None:
+        """Like etcd: every write gives the object a new resourceVersion."""
+        self.versions += 1
+        obj["metadata"]["resourceVersion"] = str(self.versions)
+
     def put(self, obj: Obj) -> None:
         meta = obj["metadata"]
+        meta.setdefault("resourceVersion", str(self.versions))
         self.objects[(obj["apiVersion"], obj["kind"], meta.get("namespace"), meta["name"])] = obj
 
     def put_job_pod(self, pod: Obj) -> None:
@@ -158,6 +165,7 @@ class FakeKube:
         self.uids += live is None
         uid = ((live or {}).get("metadata") or {}).get("uid") or f"uid-{self.uids}"
         meta.setdefault("uid", uid)
+        self._bump(obj)
         self.put(obj)
         return obj
 
@@ -167,6 +175,7 @@ class FakeKube:
         self.writes.append(("patch_status", kind, name))
         obj = self.objects[(api_version, kind, namespace, name)]
         obj["status"] = merge_patch(obj.get("status") or {}, copy.deepcopy(dict(status)))
+        self._bump(obj)
         return obj
 
     def patch(
@@ -174,12 +183,17 @@ class FakeKube:
     ) -> Obj:
         self.writes.append(("patch", kind, name))
         obj = self.objects[(api_version, kind, namespace, name)]
+        # A resourceVersion in the patch is a precondition, as the API server holds it.
+        wanted = (patch.get("metadata") or {}).get("resourceVersion")
+        if wanted is not None and wanted != obj["metadata"].get("resourceVersion"):
+            raise KubeError(409, "Conflict", f"{kind}/{name}: the object has been modified")
         for key, value in copy.deepcopy(dict(patch)).get("metadata", {}).items():
             held = obj["metadata"].get(key)
             if isinstance(value, dict) and isinstance(held, dict):
                 held.update(value)  # a merge patch merges maps (labels, annotations)
             else:
                 obj["metadata"][key] = value
+        self._bump(obj)
         return copy.deepcopy(obj)
 
     def delete(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> None:

@@ -292,3 +292,33 @@ def test_the_status_patch_removes_what_a_field_no_longer_has() -> None:
     stored = merge_patch(current, delta)
     assert stored["startup"] == desired["startup"]
     assert status_delta(stored, desired) == {}, "the next reconcile writes nothing"
+
+
+def test_the_legacy_finalizer_is_dropped_only_from_the_version_read(kube: FakeKube) -> None:
+    """Kopf's finalizer of earlier releases goes; the patch carries the resourceVersion the
+    snapshot read, so a resource changed in between is not written over (409), and the
+    next pass drops it from the new version."""
+    import pytest
+
+    from kimik3_operator.api.constants import LEGACY_KOPF_FINALIZER
+    from kimik3_operator.controller.act import act
+    from kimik3_operator.controller.decide import decide
+    from kimik3_operator.controller.snapshot import take_snapshot
+    from kimik3_operator.kube import KubeError
+
+    body = resource()
+    body["metadata"]["finalizers"] = [LEGACY_KOPF_FINALIZER, "example.com/keep"]
+    kube.put(body)
+    snap = take_snapshot(kube, key_of(body), Context(clock=clock))
+    assert snap is not None
+    kube.patch(
+        "serving.kimik3.io/v1alpha1", "KimiK3Deployment", "k3", "llm", {"metadata": {"labels": {}}}
+    )
+    with pytest.raises(KubeError) as raised:
+        act(kube, snap, decide(snap))
+    assert raised.value.status == 409
+    stored = kube.get("serving.kimik3.io/v1alpha1", "KimiK3Deployment", "k3", "llm")
+    assert LEGACY_KOPF_FINALIZER in stored["metadata"]["finalizers"]
+    reconcile(kube, key_of(stored), Context(clock=clock))
+    stored = kube.get("serving.kimik3.io/v1alpha1", "KimiK3Deployment", "k3", "llm")
+    assert stored["metadata"]["finalizers"] == ["example.com/keep"]
