@@ -44,7 +44,7 @@ def model_volume(cluster: Cluster, namespace: str, models: dict[str, str]) -> pa
     python = vllm_cpu_python()
     for where, kind in models.items():
         subprocess.run(
-            [python, str(ROOT / "e2e" / "tiny_model.py"), str(volume / where), kind],
+            [python, str(ROOT / "e2e" / "support" / "tiny_model.py"), str(volume / where), kind],
             check=True,
             capture_output=True,
         )
