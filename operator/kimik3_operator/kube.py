@@ -12,29 +12,13 @@ import json
 import logging
 from collections.abc import Mapping
 from typing import Any, Protocol
-from urllib.parse import quote
 
 from kimik3_operator.api.constants import FIELD_MANAGER
+from kimik3_operator.api.kinds import KINDS
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 USER_AGENT = "kimik3-operator"
-
-PLURALS = {
-    "Service": "services",
-    "Pod": "pods",
-    "Node": "nodes",
-    "Namespace": "namespaces",
-    "Event": "events",
-    "ConfigMap": "configmaps",
-    "PersistentVolumeClaim": "persistentvolumeclaims",
-    "Job": "jobs",
-    "LeaderWorkerSet": "leaderworkersets",
-    "PodMonitor": "podmonitors",
-    "KimiK3Deployment": "kimik3deployments",
-    "CustomResourceDefinition": "customresourcedefinitions",
-    "Lease": "leases",
-}
 
 
 class KubeError(Exception):
@@ -87,10 +71,7 @@ class Kube(Protocol):
 
 
 def resource_path(api_version: str, kind: str, namespace: str | None, name: str = "") -> str:
-    plural = PLURALS[kind]
-    base = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
-    path = f"{base}/namespaces/{quote(namespace)}/{plural}" if namespace else f"{base}/{plural}"
-    return f"{path}/{quote(name)}" if name else path
+    return KINDS[kind].path(namespace, name, api_version)
 
 
 class ApiKube:

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 from kimik3_operator.api import constants as c
 from kimik3_operator.api import names
 from kimik3_operator.api.conditions import now_rfc3339
+from kimik3_operator.api.kinds import CHILDREN, KINDS
 from kimik3_operator.api.parse import parse_spec
 from kimik3_operator.api.spec import KimiK3DeploymentSpec
 from kimik3_operator.api.types import SpecError
@@ -31,14 +32,9 @@ Ref = tuple[str, str, str]
 LWS_API = f"{c.LWS_GROUP}/{c.LWS_VERSION}"
 PODMONITOR_API = f"{c.MONITORING_GROUP}/v1"
 CRD_API = "apiextensions.k8s.io/v1"
-# The kinds a KimiK3Deployment's children come in, besides its pods.
-CHILD_KINDS: tuple[tuple[str, str], ...] = (
-    (LWS_API, "LeaderWorkerSet"),
-    ("v1", "Service"),
-    (PODMONITOR_API, "PodMonitor"),
-    ("batch/v1", "Job"),
-    ("v1", "ConfigMap"),
-    ("v1", "PersistentVolumeClaim"),
+# What the snapshot reads by the owner index: the children besides the pods, and the claims.
+CHILD_KINDS: tuple[tuple[str, str], ...] = tuple(
+    (k.api_version, k.kind) for k in (*CHILDREN, KINDS["PersistentVolumeClaim"]) if k.kind != "Pod"
 )
 
 

@@ -20,6 +20,7 @@ from typing import Any, Protocol
 from kimik3_operator import metrics
 from kimik3_operator.api import constants as c
 from kimik3_operator.api.conditions import now_rfc3339
+from kimik3_operator.api.kinds import CHILDREN, KINDS, Kind
 from kimik3_operator.config import Settings
 from kimik3_operator.events import post_event, too_deep_condition
 from kimik3_operator.kube import Kube, KubeError
@@ -45,32 +46,11 @@ CHILD_PAGE = 20
 REJECTED_REMEMBERED = 10_000
 
 
-@dataclass(frozen=True)
-class WatchedKind:
-    kind: str
-    group_version: str  # "v1" for the core group
-    plural: str
-
-
-# The children, each watched with the managed-by label selector on the server.
-CHILD_KINDS = (
-    WatchedKind("LeaderWorkerSet", f"{c.LWS_GROUP}/{c.LWS_VERSION}", c.LWS_PLURAL),
-    WatchedKind("Service", "v1", "services"),
-    WatchedKind("PodMonitor", f"{c.MONITORING_GROUP}/v1", "podmonitors"),
-    WatchedKind("Job", "batch/v1", "jobs"),
-    WatchedKind("ConfigMap", "v1", "configmaps"),
-    WatchedKind("Pod", "v1", "pods"),
-)
 # CRDs whose presence changes what the operator builds.
 WATCHED_CRDS = {
     c.LWS_CRD: "LeaderWorkerSet",
     c.PODMONITOR_CRD: "PodMonitor",
 }
-
-
-def collection_path(group_version: str, plural: str, namespace: str | None) -> str:
-    base = "/api/v1" if group_version == "v1" else f"/apis/{group_version}"
-    return f"{base}/namespaces/{namespace}/{plural}" if namespace else f"{base}/{plural}"
 
 
 def owner_key(obj: Mapping[str, Any]) -> Key | None:
@@ -138,19 +118,13 @@ class Manager:
         made: list[Informer] = []
         by_kind: dict[str, list[Informer]] = {}
         for namespace in scopes:
-            made.append(self._informer(c.KIND, c.API_VERSION, c.PLURAL, namespace, ""))
-            for child in CHILD_KINDS:
-                informer = self._informer(
-                    child.kind, child.group_version, child.plural, namespace, MANAGED_SELECTOR
-                )
+            made.append(self._informer(KINDS[c.KIND], namespace, ""))
+            for child in CHILDREN:
+                informer = self._informer(child, namespace, MANAGED_SELECTOR)
                 by_kind.setdefault(child.kind, []).append(informer)
                 made.append(informer)
             # Claims the user names for the model cache carry no label of ours.
-            made.append(
-                self._informer(
-                    "PersistentVolumeClaim", "v1", "persistentvolumeclaims", namespace, ""
-                )
-            )
+            made.append(self._informer(KINDS["PersistentVolumeClaim"], namespace, ""))
         for crd, kind in WATCHED_CRDS.items():
             made.append(self._crd_informer(crd, by_kind.get(kind, [])))
         if self.ledger is not None:
@@ -183,14 +157,9 @@ class Manager:
             )
         return made
 
-    def _informer(
-        self,
-        kind: str,
-        group_version: str,
-        plural: str,
-        namespace: str | None,
-        selector: str,
-    ) -> Informer:
+    def _informer(self, watched: Kind, namespace: str | None, selector: str) -> Informer:
+        kind, plural = watched.kind, watched.plural
+
         def on_sync(items: list[Obj]) -> None:
             self.store.replace(kind, namespace, items, trim=False)  # trimmed on arrival
             if kind == c.KIND:
@@ -219,7 +188,7 @@ class Manager:
 
         return Informer(
             self.api_client,
-            collection_path(group_version, plural, namespace),
+            watched.path(namespace),
             on_sync=on_sync,
             on_event=on_event,
             label_selector=selector,
