@@ -74,6 +74,32 @@ def resource_path(api_version: str, kind: str, namespace: str | None, name: str 
     return KINDS[kind].path(namespace, name, api_version)
 
 
+def send(
+    api_client: Any,
+    method: str,
+    path: str,
+    *,
+    query: list[tuple[str, str]] | None = None,
+    body: Any = None,
+    content_type: str = "application/json",
+    timeout: Any = 30,
+) -> Any:
+    """One request to the API server through the official client's connection pool and
+    credentials; the raw response (the informer streams a watch from it)."""
+    headers = {"Accept": "application/json"}
+    if body is not None:
+        headers["Content-Type"] = content_type
+    params = api_client.param_serialize(
+        method=method,
+        resource_path=path,
+        query_params=query or [],
+        header_params=headers,
+        body=body,
+        auth_settings=["BearerToken"],
+    )
+    return api_client.call_api(*params, _request_timeout=timeout)
+
+
 class ApiKube:
     """The real client: JSON over the API server's REST paths."""
 
@@ -105,15 +131,9 @@ class ApiKube:
         body: Any = None,
         content_type: str = "application/json",
     ) -> Any:
-        params = self._client.param_serialize(
-            method=method,
-            resource_path=path,
-            query_params=query or [],
-            header_params={"Content-Type": content_type, "Accept": "application/json"},
-            body=body,
-            auth_settings=["BearerToken"],
+        response = send(
+            self._client, method, path, query=query, body=body, content_type=content_type
         )
-        response = self._client.call_api(*params, _request_timeout=30)
         data = response.read()
         text = data.decode() if isinstance(data, bytes) else str(data or "")
         if response.status >= 400:

@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from kimik3_operator.kube import send
 from kimik3_operator.runtime import decode
 
 log = logging.getLogger(__name__)
@@ -114,14 +115,7 @@ class Informer:
         return query
 
     def _request(self, query: list[tuple[str, str]], timeout: Any) -> Any:
-        params = self.api_client.param_serialize(
-            method="GET",
-            resource_path=self.path,
-            query_params=query,
-            header_params={"Accept": "application/json"},
-            auth_settings=["BearerToken"],
-        )
-        return self.api_client.call_api(*params, _request_timeout=timeout)
+        return send(self.api_client, "GET", self.path, query=query, timeout=timeout)
 
     def _list(self) -> tuple[list[Obj], str]:
         items: list[Obj] = []
