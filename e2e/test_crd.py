@@ -206,6 +206,31 @@ BAD_SPECS: list[tuple[str, dict[str, Any], str]] = [
         {"pod": {"envFrom": [{"configMapRef": {"name": "a"}, "secretRef": {"name": "b"}}]}},
         "an envFrom entry takes one of configMapRef and secretRef",
     ),
+    (
+        "pod-host-path",
+        {"pod": {"volumes": [{"name": "host", "hostPath": {"path": "/var"}}]}},
+        "pod.volumes takes no hostPath",
+    ),
+    (
+        "pod-volume-named-like-the-operators",
+        {"pod": {"volumes": [{"name": "dshm", "emptyDir": {}}]}},
+        "pod.volumes uses a name the operator's own volumes have",
+    ),
+    (
+        "pod-mount-over-the-models",
+        {
+            "pod": {
+                "volumes": [{"name": "x", "emptyDir": {}}],
+                "volumeMounts": [{"name": "x", "mountPath": "/models"}],
+            }
+        },
+        "pod.volumeMounts mounts at, above or below a path of the operator's",
+    ),
+    (
+        "pod-mount-of-no-volume",
+        {"pod": {"volumeMounts": [{"name": "x", "mountPath": "/etc/x"}]}},
+        "pod.volumeMounts names a volume that spec.pod.volumes does not have",
+    ),
 ]
 
 FLEET_POD = {
@@ -215,6 +240,29 @@ FLEET_POD = {
     "imagePullSecrets": [{"name": "registry"}],
     "extraResources": {"rdma/ib": 1},
     "envFrom": [{"configMapRef": {"name": "nccl"}}],
+    "affinity": {
+        "podAntiAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "weight": 10,
+                    "podAffinityTerm": {
+                        "topologyKey": "kubernetes.io/hostname",
+                        "labelSelector": {"matchLabels": {"team": "other"}},
+                    },
+                }
+            ]
+        }
+    },
+    "topologySpreadConstraints": [
+        {
+            "maxSkew": 1,
+            "topologyKey": "topology.kubernetes.io/zone",
+            "whenUnsatisfiable": "ScheduleAnyway",
+            "labelSelector": {"matchLabels": {"app.kubernetes.io/instance": "fleet"}},
+        }
+    ],
+    "volumes": [{"name": "nccl-topo", "configMap": {"name": "nccl-topology"}}],
+    "volumeMounts": [{"name": "nccl-topo", "mountPath": "/etc/nccl", "readOnly": True}],
 }
 
 

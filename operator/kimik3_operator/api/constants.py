@@ -234,3 +234,8 @@ OWNED_FLAGS: Final = (
 
 # A container waiting for its image with one of these will not start by itself.
 IMAGE_PULL_REASONS = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull")
+
+# The serving pods' own volumes and where they are mounted: spec.pod.volumes and
+# volumeMounts may use neither (the CRD's rules say the same).
+SERVING_VOLUMES = ("dshm", "hf-cache", "model-cache", "model", "drafter", "tmp")
+SERVING_MOUNT_PATHS = ("/dev/shm", "/cache", "/model-cache", "/models", "/drafter", "/tmp")

@@ -225,6 +225,10 @@ class ServingPodSpec:
     # Extended resources per pod besides the GPUs (an RDMA fabric), requests = limits.
     extra_resources: Mapping[str, Any] = field(default_factory=dict)
     env_from: tuple[Mapping[str, Any], ...] = ()
+    affinity: Mapping[str, Any] = field(default_factory=dict)
+    topology_spread_constraints: tuple[Mapping[str, Any], ...] = ()
+    volumes: tuple[Mapping[str, Any], ...] = ()
+    volume_mounts: tuple[Mapping[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+from kimik3_operator.api import constants as c
 from kimik3_operator.api.quantities import quantity_bytes
 from kimik3_operator.api.spec import KimiK3DeploymentSpec
 from kimik3_operator.api.types import SpecError, duration_seconds, json_name
@@ -478,6 +479,7 @@ def _pod_errors(spec: KimiK3DeploymentSpec) -> list[SpecError]:
                     "the GPUs per pod follow from parallelism and placement.gpusPerNode",
                 )
             )
+    found += _volume_errors(pod.volumes, pod.volume_mounts)
     for index, entry in enumerate(pod.env_from):
         if ("configMapRef" in entry) == ("secretRef" in entry):
             found.append(
@@ -485,6 +487,63 @@ def _pod_errors(spec: KimiK3DeploymentSpec) -> list[SpecError]:
                     f"spec.pod.envFrom[{index}]",
                     dict(entry),
                     "takes one of configMapRef and secretRef",
+                )
+            )
+    return found
+
+
+def _overlaps(path: str, reserved: str) -> bool:
+    """``path`` is ``reserved``, above it or below it."""
+    path = path.rstrip("/") or "/"
+    above = reserved.startswith(path if path == "/" else path + "/")
+    return path == reserved or path.startswith(reserved + "/") or above
+
+
+def _volume_errors(
+    volumes: Sequence[Mapping[str, Any]], mounts: Sequence[Mapping[str, Any]]
+) -> list[SpecError]:
+    found: list[SpecError] = []
+    names = set()
+    for index, volume in enumerate(volumes):
+        name = str(volume.get("name", ""))
+        names.add(name)
+        if "hostPath" in volume:
+            found.append(
+                SpecError(
+                    f"spec.pod.volumes[{index}].hostPath",
+                    volume["hostPath"],
+                    "reads the node's filesystem",
+                    "use a PersistentVolumeClaim or a CSI volume",
+                )
+            )
+        if name in c.SERVING_VOLUMES:
+            found.append(
+                SpecError(
+                    f"spec.pod.volumes[{index}].name",
+                    name,
+                    f"is a name the operator's own volumes have ({', '.join(c.SERVING_VOLUMES)})",
+                    "choose another",
+                )
+            )
+    for index, mount in enumerate(mounts):
+        path = str(mount.get("mountPath", ""))
+        taken = [p for p in c.SERVING_MOUNT_PATHS if _overlaps(path, p)]
+        if taken:
+            found.append(
+                SpecError(
+                    f"spec.pod.volumeMounts[{index}].mountPath",
+                    path,
+                    f"is at, above or below the operator's {taken[0]}",
+                    "choose another path",
+                )
+            )
+        if mount.get("name") not in names:
+            found.append(
+                SpecError(
+                    f"spec.pod.volumeMounts[{index}].name",
+                    mount.get("name"),
+                    "names a volume that spec.pod.volumes does not have",
+                    "add the volume to spec.pod.volumes",
                 )
             )
     return found

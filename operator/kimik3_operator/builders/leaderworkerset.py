@@ -198,6 +198,13 @@ def _pod_template(
     if placement.priority_class_name:
         pod_spec["priorityClassName"] = placement.priority_class_name
     pod = spec.pod
+    if pod.affinity:
+        # Copies: the leader's and the workers' templates share nothing (nor does YAML).
+        pod_spec["affinity"] = copy.deepcopy(dict(pod.affinity))
+    if pod.topology_spread_constraints:
+        pod_spec["topologySpreadConstraints"] = copy.deepcopy(
+            [dict(t) for t in pod.topology_spread_constraints]
+        )
     if pod.runtime_class_name:
         pod_spec["runtimeClassName"] = pod.runtime_class_name
     if pod.image_pull_secrets:
@@ -299,7 +306,9 @@ def _volumes(spec: KimiK3DeploymentSpec, owner: Owner) -> list[dict[str, Any]]:
     drafter = drafter_volume(spec)
     if drafter is not None:
         volumes.append(drafter[0])
-    return volumes
+    # The platform's, after the operator's: their names and paths are refused where they
+    # would meet (api/validation.py and the CRD).
+    return volumes + copy.deepcopy([dict(v) for v in spec.pod.volumes])
 
 
 def _volume_mounts(spec: KimiK3DeploymentSpec) -> list[dict[str, Any]]:
@@ -314,4 +323,4 @@ def _volume_mounts(spec: KimiK3DeploymentSpec) -> list[dict[str, Any]]:
     drafter = drafter_volume(spec)
     if drafter is not None:
         mounts.append(drafter[1])
-    return mounts
+    return mounts + [dict(m) for m in spec.pod.volume_mounts]

@@ -5,9 +5,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
 from conftest import spec_of
 from kimik3_operator.api.constants import SPEC_HASH_ANNOTATION, TEMPLATE_HASH_LABEL
 from kimik3_operator.api.spec import KimiK3DeploymentSpec
+from kimik3_operator.api.types import SpecError
 from kimik3_operator.builders.children import Part, desired_children
 from kimik3_operator.builders.command import serve_args
 from kimik3_operator.builders.common import Owner
@@ -430,6 +433,14 @@ def test_quantities_are_written_as_the_api_server_writes_them_back() -> None:
     assert decimal_quantity(0) == "0"
 
 
+IN_H200 = {"key": "gpu.product", "operator": "In", "values": ["H200"]}
+H200 = {"nodeSelectorTerms": [{"matchExpressions": [IN_H200]}]}
+ZONES = {
+    "maxSkew": 1,
+    "topologyKey": "topology.kubernetes.io/zone",
+    "whenUnsatisfiable": "DoNotSchedule",
+}
+NCCL_TOPOLOGY = {"name": "nccl-topo", "configMap": {"name": "nccl-topology"}}
 FLEET_POD = {
     "labels": {"kueue.x-k8s.io/queue-name": "gpu", "cost-centre": "llm"},
     "annotations": {"k8s.v1.cni.cncf.io/networks": "rdma-net"},
@@ -437,6 +448,28 @@ FLEET_POD = {
     "imagePullSecrets": [{"name": "registry"}],
     "extraResources": {"rdma/ib": 1},
     "envFrom": [{"configMapRef": {"name": "nccl"}, "prefix": ""}],
+    "affinity": {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {
+                        "matchExpressions": [
+                            {"key": "gpu.product", "operator": "In", "values": ["H200"]}
+                        ]
+                    }
+                ]
+            }
+        }
+    },
+    "topologySpreadConstraints": [
+        {
+            "maxSkew": 1,
+            "topologyKey": "topology.kubernetes.io/zone",
+            "whenUnsatisfiable": "ScheduleAnyway",
+        }
+    ],
+    "volumes": [{"name": "nccl-topo", "configMap": {"name": "nccl-topology"}}],
+    "volumeMounts": [{"name": "nccl-topo", "mountPath": "/etc/nccl", "readOnly": True}],
 }
 
 
@@ -453,6 +486,14 @@ def test_a_fleets_pod_settings_reach_leader_and_workers() -> None:
         assert resources["requests"]["rdma/ib"] == resources["limits"]["rdma/ib"] == "1"
         assert resources["limits"]["nvidia.com/gpu"] == 8
         assert container(pod)["envFrom"] == [{"configMapRef": {"name": "nccl"}, "prefix": ""}]
+        assert pod["spec"]["affinity"] == FLEET_POD["affinity"]
+        assert pod["spec"]["topologySpreadConstraints"] == FLEET_POD["topologySpreadConstraints"]
+        assert NCCL_TOPOLOGY in pod["spec"]["volumes"]
+        assert {"name": "nccl-topo", "mountPath": "/etc/nccl", "readOnly": True} in container(pod)[
+            "volumeMounts"
+        ]
+        # The operator's own volumes stay, first.
+        assert {"dshm", "hf-cache", "tmp"} <= {v["name"] for v in pod["spec"]["volumes"]}
     service = build_service(spec, Owner("k3", "llm", "uid-1"))
     assert service["metadata"]["annotations"] == {"lb.example/internal": "1"}
 
@@ -504,3 +545,36 @@ def test_a_group_across_nodes_without_a_fabric_is_told_never_refused() -> None:
         spec_of(pod={"annotations": {"k8s.v1.cni.cncf.io/networks": "ib-net"}})
     )
     assert multus is not None and (multus.status, multus.reason) == ("True", "SecondaryNetwork")
+
+
+@pytest.mark.parametrize(
+    ("pod", "field"),
+    [
+        (
+            {"volumes": [{"name": "host", "hostPath": {"path": "/"}}]},
+            "spec.pod.volumes[0].hostPath",
+        ),
+        ({"volumes": [{"name": "dshm", "emptyDir": {}}]}, "spec.pod.volumes[0].name"),
+        (
+            {
+                "volumes": [{"name": "x", "emptyDir": {}}],
+                "volumeMounts": [{"name": "x", "mountPath": "/models/extra"}],
+            },
+            "spec.pod.volumeMounts[0].mountPath",
+        ),
+        (
+            {
+                "volumes": [{"name": "x", "emptyDir": {}}],
+                "volumeMounts": [{"name": "x", "mountPath": "/"}],
+            },
+            "spec.pod.volumeMounts[0].mountPath",
+        ),
+        ({"volumeMounts": [{"name": "y", "mountPath": "/etc/y"}]}, "spec.pod.volumeMounts[0].name"),
+    ],
+)
+def test_a_pod_volume_that_would_meet_the_operators_is_refused(
+    pod: dict[str, Any], field: str
+) -> None:
+    with pytest.raises(SpecError) as refused:
+        spec_of(pod=pod)
+    assert refused.value.path == field

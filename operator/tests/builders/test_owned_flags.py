@@ -46,11 +46,3 @@ def test_every_spelling_of_an_owned_flag_is_caught(arg: str, flag: str) -> None:
 )
 def test_other_flags_and_values_pass(arg: str) -> None:
     assert owned_flag(arg) is None
-
-
-def test_the_preflight_names_the_argument_and_the_flag() -> None:
-    from test_preflight_rules import fails, run
-
-    failed = fails(run(engine={"extraArgs": ["--max-num-seqs", "5", "--tensor_parallel_size=4"]}))
-    message = failed["ExtraArgsOverrideOwnedFlag"].message
-    assert "spec.engine.extraArgs[2]" in message and "--tensor-parallel-size" in message

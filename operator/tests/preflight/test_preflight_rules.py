@@ -559,3 +559,9 @@ def test_a_dense_drafter_under_expert_parallelism(version: str, method: str, ref
     assert ("DraftRefusesExpertParallel" in found) is refused
     if refused:
         assert "v0.31.0" in found["DraftRefusesExpertParallel"].message
+
+
+def test_the_preflight_names_the_argument_and_the_flag() -> None:
+    failed = fails(run(engine={"extraArgs": ["--max-num-seqs", "5", "--tensor_parallel_size=4"]}))
+    message = failed["ExtraArgsOverrideOwnedFlag"].message
+    assert "spec.engine.extraArgs[2]" in message and "--tensor-parallel-size" in message
