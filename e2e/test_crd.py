@@ -345,9 +345,26 @@ def test_a_name_that_cannot_name_every_child_is_rejected(
     assert error in result.stderr, result.stderr
 
 
-def test_the_longest_name_is_accepted(cluster: Cluster, namespace: str) -> None:
+def test_the_longest_name_is_accepted(
+    cluster: Cluster, namespace: str, tmp_path: pathlib.Path
+) -> None:
+    """49 characters: stored as given, and every child named after it (the longest is the
+    probe's ConfigMap) passes the API server's own name rules."""
     name = "k" * 49
-    cluster.apply(kimi(name, replicas=0), namespace)
+    resource = kimi(name, replicas=0, model={"cache": {}}, preflight={"probe": True})
+    cluster.apply(resource, namespace)
+    stored = cluster.get("kk3d", name, namespace)
+    assert stored is not None and stored["metadata"]["name"] == name
+    path = tmp_path / "longest.yaml"
+    path.write_text(yaml.safe_dump(resource))
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        assert main(["render", "-f", str(path), "-n", namespace]) == 0
+    children = cluster.kubectl(
+        "apply", "--dry-run=server", "-n", namespace, "-f", "-", input=out.getvalue(),
+        check=False,
+    )  # fmt: skip
+    assert children.returncode == 0, children.stderr
     cluster.kubectl("delete", "kk3d", name, "-n", namespace)
 
 
