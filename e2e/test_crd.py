@@ -266,6 +266,24 @@ FLEET_POD = {
 }
 
 
+def render_on_the_server(
+    cluster: Cluster, namespace: str, resource: dict[str, Any], tmp_path: pathlib.Path
+) -> Any:
+    """Every child `kimik3 render` makes of ``resource``, through the API server's dry run
+    (its admission and the LeaderWorkerSet's own schema); the kubectl result."""
+    path = tmp_path / "resource.yaml"
+    path.write_text(yaml.safe_dump(resource))
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        assert main(["render", "-f", str(path), "-n", namespace]) == 0
+    children = cluster.kubectl(
+        "apply", "--dry-run=server", "-n", namespace, "-f", "-", input=out.getvalue(),
+        check=False,
+    )  # fmt: skip
+    assert children.returncode == 0, children.stderr
+    return children
+
+
 def test_a_fleets_pod_settings_are_accepted_and_render_what_the_api_server_admits(
     cluster: Cluster, namespace: str, tmp_path: pathlib.Path
 ) -> None:
@@ -277,16 +295,7 @@ def test_a_fleets_pod_settings_are_accepted_and_render_what_the_api_server_admit
         check=False,
     )  # fmt: skip
     assert applied.returncode == 0, applied.stderr
-    path = tmp_path / "fleet.yaml"
-    path.write_text(yaml.safe_dump(resource))
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
-        assert main(["render", "-f", str(path), "-n", namespace]) == 0
-    children = cluster.kubectl(
-        "apply", "--dry-run=server", "-n", namespace, "-f", "-", input=out.getvalue(),
-        check=False,
-    )  # fmt: skip
-    assert children.returncode == 0, children.stderr
+    children = render_on_the_server(cluster, namespace, resource, tmp_path)
     assert "leaderworkerset.leaderworkerset.x-k8s.io/fleet created (server dry run)" in (
         children.stdout
     )
@@ -355,16 +364,7 @@ def test_the_longest_name_is_accepted(
     cluster.apply(resource, namespace)
     stored = cluster.get("kk3d", name, namespace)
     assert stored is not None and stored["metadata"]["name"] == name
-    path = tmp_path / "longest.yaml"
-    path.write_text(yaml.safe_dump(resource))
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
-        assert main(["render", "-f", str(path), "-n", namespace]) == 0
-    children = cluster.kubectl(
-        "apply", "--dry-run=server", "-n", namespace, "-f", "-", input=out.getvalue(),
-        check=False,
-    )  # fmt: skip
-    assert children.returncode == 0, children.stderr
+    render_on_the_server(cluster, namespace, resource, tmp_path)
     cluster.kubectl("delete", "kk3d", name, "-n", namespace)
 
 
