@@ -197,17 +197,8 @@ def test_a_change_that_lowers_acceptance_is_rolled_back_on_the_canary_group_only
     verified = condition(body, "CanaryVerified")
     assert (verified["status"], verified["reason"]) == ("False", "CanaryRolledBack")
     assert NEW in verified["message"] and "below the bar 0.5" in verified["message"]
-    events = cluster.kubectl(
-        "get",
-        "events",
-        "-n",
-        namespace,
-        "--field-selector",
-        "reason=CanaryRolledBack",
-        "-o",
-        "json",
-    ).stdout
-    warnings = [e for e in json.loads(events)["items"] if e["type"] == "Warning"]
+    events = cluster.events(namespace, "reason=CanaryRolledBack")
+    warnings = [e for e in events if e["type"] == "Warning"]
     assert warnings and "CanaryVerified=False" in warnings[0]["message"]
     wide = cluster.kubectl("get", "kk3d", "worse", "-n", namespace, "-o", "wide").stdout
     assert "ROLLOUT" in wide.splitlines()[0] and "RolledBack" in wide.splitlines()[1]

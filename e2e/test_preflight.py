@@ -30,14 +30,6 @@ pytestmark = pytest.mark.kwok
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
-def events_with_reason(cluster: Cluster, namespace: str, reason: str) -> list[dict[str, Any]]:
-    listed = cluster.kubectl(
-        "get", "events", "-n", namespace, "--field-selector", f"reason={reason}", "-o", "json"
-    ).stdout
-    found: list[dict[str, Any]] = json.loads(listed)["items"]
-    return found
-
-
 def example(name: str) -> dict[str, Any]:
     loaded: dict[str, Any] = yaml.safe_load((ROOT / "examples" / name).read_text())
     return loaded
@@ -59,7 +51,7 @@ def test_incompatible_example_is_refused_before_any_gpu_then_fixed(
     assert condition(body, "DrafterPaired")["reason"] == "AutoPaired"
     assert cluster.get("lws", name, namespace) is None
     assert cluster.items("pods", namespace) == []
-    posted = events_with_reason(cluster, namespace, "TargetLacksEagle3")
+    posted = cluster.events(namespace, "reason=TargetLacksEagle3")
     assert posted, "an event for the failure"
     assert {e["type"] for e in posted} == {"Warning"}, "a refusal is a Warning, never Normal"
     table = cluster.kubectl("get", "kk3d", name, "-n", namespace).stdout
@@ -103,7 +95,7 @@ def test_a_drafter_its_method_cannot_load_is_refused_with_a_warning(
     message = condition(body, "DrafterPaired")["message"]
     assert "Eagle3K3DSparkModel" in message and "drafter.method: dspark" in message
     assert cluster.get("lws", name, namespace) is None
-    assert {e["type"] for e in events_with_reason(cluster, namespace, reason)} == {"Warning"}
+    assert {e["type"] for e in cluster.events(namespace, f"reason={reason}")} == {"Warning"}
 
 
 def test_image_probe_job_then_report_then_deploy(

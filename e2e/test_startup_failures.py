@@ -83,11 +83,8 @@ def test_a_start_up_failure_is_named_then_parks_the_deployment_until_retried(
     assert body["status"]["startupFailures"]["parked"] is True
     assert groups(cluster, namespace) == 0
     wait_for(lambda: leader(cluster, namespace) is None or None, 120, "the leader gone")
-    events = cluster.kubectl(
-        "get", "events", "-n", namespace, "--field-selector", "reason=ParkedAfterStartupFailures",
-        "-o", "json",
-    ).stdout  # fmt: skip
-    assert any(e["type"] == "Warning" for e in json.loads(events)["items"])
+    events = cluster.events(namespace, "reason=ParkedAfterStartupFailures")
+    assert any(e["type"] == "Warning" for e in events)
 
     # The documented retry: a new value of the annotation, and the group comes back.
     cluster.kubectl(

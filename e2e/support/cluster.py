@@ -88,6 +88,20 @@ class Cluster:
         items: list[dict[str, Any]] = json.loads(self.kubectl(*args).stdout)["items"]
         return items
 
+    def events(
+        self, namespace: str, field_selector: str, timeout: float = 20
+    ) -> list[dict[str, Any]]:
+        """The events that match, waited for: the operator posts a condition's event just
+        after the status patch that a test's wait has already seen."""
+        args = ("get", "events", "-n", namespace, "--field-selector", field_selector, "-o", "json")
+
+        def listed() -> list[dict[str, Any]]:
+            items: list[dict[str, Any]] = json.loads(self.kubectl(*args).stdout)["items"]
+            return items
+
+        found: list[dict[str, Any]] = wait_for(listed, timeout, f"events with {field_selector}")
+        return found
+
     def apply(
         self, manifest: dict[str, Any], namespace: str, check: bool = True
     ) -> subprocess.CompletedProcess[str]:
