@@ -234,7 +234,7 @@ BAD_SPECS: list[tuple[str, dict[str, Any], str]] = [
 ]
 
 FLEET_POD = {
-    "labels": {"kueue.x-k8s.io/queue-name": "gpu", "cost-centre": "llm"},
+    "labels": {"team": "gpu", "cost-centre": "llm"},
     "annotations": {"k8s.v1.cni.cncf.io/networks": "rdma-net"},
     "runtimeClassName": "nvidia",
     "imagePullSecrets": [{"name": "registry"}],

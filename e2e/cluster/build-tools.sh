@@ -64,8 +64,8 @@ install_tool() {
   rmdir "$tmp"
 }
 
-# Everything from the other modules: the KWOK tools, helm, the LWS manager and CoreDNS with
-# the plugins e2e/cluster/coredns/main.go names.
+# Everything from the other modules: the KWOK tools, helm, the LWS manager, Kueue and CoreDNS
+# with the plugins e2e/cluster/coredns/main.go names.
 build_others() {
   install_tool "$kwok_dir" kwok "sigs.k8s.io/kwok/cmd/kwok@${KWOK_VERSION}"
   install_tool "$kwok_dir" kwokctl "sigs.k8s.io/kwok/cmd/kwokctl@${KWOK_VERSION}"
@@ -76,6 +76,12 @@ build_others() {
     mkdir -p "$lws_dir"
     (cd "$here/lws" && go build -trimpath -ldflags "-s -w" -o "$lws_dir/lws-manager.tmp" sigs.k8s.io/lws/cmd)
     mv "$lws_dir/lws-manager.tmp" "$lws_dir/lws-manager"
+  fi
+  if [[ ! -x "$kueue_dir/kueue" ]]; then
+    echo "building kueue (sigs.k8s.io/kueue/cmd/kueue ${KUEUE_VERSION})" >&2
+    mkdir -p "$kueue_dir"
+    (cd "$here/kueue" && go build -trimpath -ldflags "-s -w" -o "$kueue_dir/kueue.tmp" sigs.k8s.io/kueue/cmd/kueue)
+    mv "$kueue_dir/kueue.tmp" "$kueue_dir/kueue"
   fi
   if [[ ! -x "$coredns" ]]; then
     echo "building coredns ($here/coredns)" >&2
@@ -92,7 +98,7 @@ failed=0
 wait "$k8s_pid" || failed=1
 wait "$others_pid" || failed=1
 ((failed == 0)) || { echo "cluster tools: a build failed (above)" >&2; exit 1; }
-for dir in "$k8s_dir" "$kwok_dir" "$helm_dir" "$lws_dir"; do
+for dir in "$k8s_dir" "$kwok_dir" "$helm_dir" "$lws_dir" "$kueue_dir"; do
   ln -f "$dir"/* "$bin/"
 done
 
@@ -105,6 +111,12 @@ mkdir -p "$manifests"
 lws_module="$(module_dir "sigs.k8s.io/lws@${LWS_VERSION}")"
 cp "$lws_module"/config/crd/bases/*.yaml "$lws_module/config/webhook/manifests.yaml" "$manifests/"
 mv "$manifests/manifests.yaml" "$manifests/lws-webhooks.yaml"
+# Kueue's CRDs and webhook configuration from its module (its own tools module resolves it).
+kueue_module="$(cd "$here/kueue" && go mod download -json "sigs.k8s.io/kueue@${KUEUE_VERSION}" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')"
+mkdir -p "$manifests/kueue"
+cp "$kueue_module"/config/components/crd/bases/*.yaml "$manifests/kueue/"
+cp "$kueue_module/config/components/webhook/manifests.yaml" "$manifests/kueue-webhooks.yaml"
+chmod u+w "$manifests/kueue"/*.yaml
 promop_dir="$(module_dir "github.com/prometheus-operator/prometheus-operator@${PROMETHEUS_OPERATOR_VERSION}")"
 for crd in podmonitors servicemonitors prometheusrules; do
   cp "$promop_dir/example/prometheus-operator-crd/monitoring.coreos.com_${crd}.yaml" "$manifests/"

@@ -125,5 +125,9 @@ for dir in "${cgroups[@]}"; do
   find "$dir" -depth -type d -exec rmdir {} \; 2>/dev/null || true
 done
 
+# The certificate the Kueue tests put where Kueue reads its metrics certificate.
+rm -f /etc/kueue/metrics/certs/tls.crt /etc/kueue/metrics/certs/tls.key
+rmdir -p /etc/kueue/metrics/certs 2>/dev/null || true
+
 rm -rf "$run"
 echo "control plane down" >&2

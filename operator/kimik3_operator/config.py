@@ -43,6 +43,10 @@ class Settings:
     # by label (kube-prometheus-stack: release=<its release name>). KIMIK3_PODMONITOR_LABELS
     # is k=v,k=v.
     pod_monitor_labels: tuple[tuple[str, str], ...] = ()
+    # Kueue runs with its AdmissionGatedBy feature gate (alpha, off by default in v0.17): a
+    # queued deployment's groups are made at once and held in the queue, without quota,
+    # until the preflight passes (chart: kueue.admissionGatedBy).
+    kueue_admission_gate: bool = False
     # Test clusters without GPUs only: a --speculative-config (JSON) used verbatim for
     # resources whose preflight is Disabled, so vLLM's CPU build can run a method it has.
 
@@ -88,6 +92,7 @@ class Settings:
                 "KIMIK3_RETRY_MAX_SECONDS", cls.retry_max_seconds, 0.01, 86400
             ),
             pod_monitor_labels=read.labels("KIMIK3_PODMONITOR_LABELS"),
+            kueue_admission_gate=read.flag("KIMIK3_KUEUE_ADMISSION_GATE", False),
             lease_name=read.name("KIMIK3_LEASE_NAME", cls.lease_name),
             lease_namespace=lease_namespace,
             lease_seconds=read.number("KIMIK3_LEASE_SECONDS", cls.lease_seconds, 1, 3600),

@@ -7,6 +7,7 @@ count them.
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import json
 import logging
@@ -51,6 +52,13 @@ class Kube(Protocol):
     ) -> Obj | None:
         """From the API server itself: the watch store holds only what the operator labels,
         so an object of someone else's with a child's name is invisible to ``get``."""
+        ...
+
+    def list_from_server(
+        self, api_version: str, kind: str, namespace: str, label_selector: str, limit: int
+    ) -> builtins.list[Obj]:
+        """At most ``limit`` objects, from the API server: for kinds the operator does not
+        watch (Kueue's Workloads), read only for the resources that need them."""
         ...
 
     def apply(self, manifest: Mapping[str, Any], force: bool = True) -> Obj: ...
@@ -171,6 +179,14 @@ class ApiKube:
             query.append(("fieldSelector", field_selector))
         result = self._call("GET", resource_path(api_version, kind, namespace), query=query)
         items: list[Obj] = result.get("items", []) or []
+        return items
+
+    def list_from_server(
+        self, api_version: str, kind: str, namespace: str, label_selector: str, limit: int
+    ) -> builtins.list[Obj]:
+        query = [("labelSelector", label_selector), ("limit", str(limit))]
+        result = self._call("GET", resource_path(api_version, kind, namespace), query=query)
+        items: list[Obj] = (result.get("items", []) or [])[:limit]
         return items
 
     def apply(self, manifest: Mapping[str, Any], force: bool = True) -> Obj:

@@ -69,6 +69,13 @@ CACHE_BYTES = Gauge(
     "The model cache's download: bytes done and bytes in all (status.modelCache)",
     ["namespace", "name", "kind"],
 )
+ADMISSION_GROUPS = Gauge(
+    "kimik3_deployment_groups_by_admission",
+    "Groups of a deployment that names a Kueue queue, by their Workload's state "
+    "(status.admission: Admitted, QuotaReserved, Pending, Evicted, Preempted)",
+    ["namespace", "name", "state"],
+)
+ADMISSION_STATES = ("Admitted", "QuotaReserved", "Pending", "Evicted", "Preempted")
 _last_reason: dict[tuple[str, str, str], tuple[str, str]] = {}
 _last_phase: dict[tuple[str, str], str] = {}
 
@@ -102,6 +109,16 @@ def record_status(namespace: str, name: str, status: Mapping[str, object]) -> No
             STARTUP_PHASE.remove(namespace, name, previous)
         STARTUP_PHASE.labels(namespace, name, phase).set(1)
         _last_phase[(namespace, name)] = phase
+    admission = status.get("admission")
+    if isinstance(admission, Mapping):
+        groups = admission.get("groups")
+        states = (
+            [g.get("state") for g in groups if isinstance(g, Mapping)]
+            if isinstance(groups, list)
+            else []
+        )
+        for state in ADMISSION_STATES:
+            ADMISSION_GROUPS.labels(namespace, name, state).set(states.count(state))
     cache = status.get("modelCache")
     if isinstance(cache, Mapping):
         for kind, field in (("done", "bytesDone"), ("total", "bytesTotal")):
@@ -136,5 +153,8 @@ def forget(namespace: str, name: str) -> None:
     for track in ("canary", "stable"):
         with contextlib.suppress(KeyError):
             ROLLOUT_ACCEPTANCE.remove(namespace, name, track)
+    for state in ADMISSION_STATES:
+        with contextlib.suppress(KeyError):
+            ADMISSION_GROUPS.remove(namespace, name, state)
     for key in [k for k in _last_reason if k[:2] == (namespace, name)]:
         CONDITION.remove(*key, *_last_reason.pop(key))

@@ -84,6 +84,31 @@ def _rollout_lines(status: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def _admission_lines(status: Mapping[str, Any]) -> list[str]:
+    """Kueue's word on each group of a deployment that names a queue."""
+    admission: Mapping[str, Any] = status.get("admission") or {}
+    if not admission:
+        return []
+    where = admission.get("queueName", "?")
+    if admission.get("clusterQueue"):
+        where += f" (ClusterQueue {admission['clusterQueue']})"
+    held = "  held until the preflight passes" if admission.get("held") else ""
+    lines = [
+        "",
+        f"Queue: {where}  admitted groups {admission.get('admittedGroups', 0)}/"
+        f"{status.get('replicas', '?')}{held}",
+    ]
+    for group in admission.get("groups") or []:
+        if not isinstance(group, Mapping):
+            continue
+        message = f": {group['message']}" if group.get("message") else ""
+        lines.append(
+            f"  group {group.get('group')}  {group.get('state')}  "
+            f"Workload {group.get('workload')}{message}"
+        )
+    return lines
+
+
 def render_status(body: Mapping[str, Any]) -> str:
     meta = body.get("metadata", {})
     status: Mapping[str, Any] = body.get("status") or {}
@@ -102,6 +127,7 @@ def render_status(body: Mapping[str, Any]) -> str:
             f"  {c.get('type', ''):<{width}}  {c.get('status', ''):<7} "
             f"{c.get('reason', '')}: {c.get('message', '')}"
         )
+    lines += _admission_lines(status)
     lines += _startup_lines(status)
     lines += _rollout_lines(status)
     speculative: Mapping[str, Any] = status.get("speculative") or {}

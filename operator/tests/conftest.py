@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import copy
 import json
 import pathlib
@@ -152,6 +153,11 @@ class FakeKube:
         self, api_version: str, kind: str, name: str, namespace: str | None = None
     ) -> Obj | None:
         return self.get(api_version, kind, name, namespace)
+
+    def list_from_server(
+        self, api_version: str, kind: str, namespace: str, label_selector: str, limit: int
+    ) -> builtins.list[Obj]:
+        return self.list(api_version, kind, namespace, label_selector)[:limit]
 
     def apply(self, manifest: Mapping[str, Any], force: bool = True) -> Obj:
         self.writes.append(("apply", manifest["kind"], manifest["metadata"]["name"]))

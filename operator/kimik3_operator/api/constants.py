@@ -42,6 +42,25 @@ LWS_GROUP_INDEX_LABEL: Final = "leaderworkerset.sigs.k8s.io/group-index"
 LWS_WORKER_INDEX_LABEL: Final = "leaderworkerset.sigs.k8s.io/worker-index"
 LWS_EXCLUSIVE_TOPOLOGY: Final = "leaderworkerset.sigs.k8s.io/exclusive-topology"
 
+# Kueue (v0.17): the keys its LeaderWorkerSet integration reads.
+KUEUE_GROUP: Final = "kueue.x-k8s.io"
+KUEUE_VERSION: Final = "v1beta2"
+KUEUE_WORKLOAD_CRD: Final = f"workloads.{KUEUE_GROUP}"
+KUEUE_QUEUE_LABEL: Final = f"{KUEUE_GROUP}/queue-name"
+KUEUE_PRIORITY_CLASS_LABEL: Final = f"{KUEUE_GROUP}/priority-class"
+# On the LeaderWorkerSet, at its creation only: Kueue admits none of its Workloads until the
+# named controllers are gone from it (alpha feature gate AdmissionGatedBy).
+KUEUE_ADMISSION_GATED_BY: Final = f"{KUEUE_GROUP}/admission-gated-by"
+KUEUE_PREFLIGHT_GATE: Final = f"{GROUP}/preflight"
+KUEUE_REQUIRED_TOPOLOGY: Final = f"{KUEUE_GROUP}/podset-required-topology"
+KUEUE_PREFERRED_TOPOLOGY: Final = f"{KUEUE_GROUP}/podset-preferred-topology"
+# The same value on the leader's and the workers' templates: one group, one domain.
+KUEUE_PODSET_GROUP: Final = f"{KUEUE_GROUP}/podset-group-name"
+# On a Workload: the uid of the LeaderWorkerSet it admits a group of.
+KUEUE_JOB_UID_LABEL: Final = f"{KUEUE_GROUP}/job-uid"
+# The scheduling gate Kueue puts on a pod until its Workload is admitted.
+KUEUE_SCHEDULING_GATE: Final = f"{KUEUE_GROUP}/admission"
+
 MONITORING_GROUP: Final = "monitoring.coreos.com"
 PODMONITOR_CRD: Final = f"podmonitors.{MONITORING_GROUP}"
 
@@ -72,6 +91,8 @@ class ConditionType(StrEnum):
     CANARY_VERIFIED = "CanaryVerified"
     # Whether a group that spans nodes asks for a fabric between them (a warning, not a gate).
     INTER_NODE_FABRIC = "InterNodeFabric"
+    # With spec.scheduling.queueName: whether Kueue admitted every group.
+    ADMITTED = "Admitted"
 
 
 @unique
@@ -116,6 +137,16 @@ class Reason(StrEnum):
     PARKED_AFTER_STARTUP_FAILURES = "ParkedAfterStartupFailures"
     PREFLIGHT_FAILED = "PreflightFailed"
     WAITING_FOR_PREFLIGHT = "WaitingForPreflight"
+    # Admitted (Kueue): every group admitted; reserved and waiting for admission checks; the
+    # queue's answer while a group waits; held by the operator until the preflight passes;
+    # a running group evicted or preempted; Kueue absent while a queue is named
+    ADMITTED = "Admitted"
+    QUOTA_RESERVED = "QuotaReserved"
+    WAITING_FOR_QUOTA = "WaitingForQuota"
+    ADMISSION_HELD_FOR_PREFLIGHT = "AdmissionHeldForPreflight"
+    EVICTED = "Evicted"
+    PREEMPTED = "Preempted"
+    KUEUE_NOT_INSTALLED = "KueueNotInstalled"
     # Preflight (CapabilitiesVerified, DrafterPaired) and the image probe
     ARCHITECTURE_NOT_REGISTERED = "ArchitectureNotRegistered"
     ARCHITECTURE_REGISTERED = "ArchitectureRegistered"

@@ -41,6 +41,7 @@ KINDS: Final[dict[str, Kind]] = {
         Kind("Job", "batch/v1", "jobs"),
         Kind("CustomResourceDefinition", "apiextensions.k8s.io/v1", "customresourcedefinitions"),
         Kind("Lease", "coordination.k8s.io/v1", "leases"),
+        Kind("Workload", f"{c.KUEUE_GROUP}/{c.KUEUE_VERSION}", "workloads"),
     )
 }
 # A KimiK3Deployment's children, each watched with the managed-by label selector.

@@ -17,6 +17,7 @@ from kimik3_operator.api.types import (
     PreflightSpec,
     ResourcesSpec,
     RolloutSpec,
+    SchedulingSpec,
     SecuritySpec,
     ServiceSpec,
     ServingPodSpec,
@@ -31,6 +32,7 @@ class KimiK3DeploymentSpec:
     engine: EngineSpec = field(default_factory=EngineSpec)
     parallelism: ParallelismSpec = field(default_factory=ParallelismSpec)
     placement: PlacementSpec = field(default_factory=PlacementSpec)
+    scheduling: SchedulingSpec = field(default_factory=SchedulingSpec)
     resources: ResourcesSpec = field(default_factory=ResourcesSpec)
     service: ServiceSpec = field(default_factory=ServiceSpec)
     pod: ServingPodSpec = field(default_factory=ServingPodSpec)
@@ -64,6 +66,11 @@ class KimiK3DeploymentSpec:
     @property
     def served_model_name(self) -> str:
         return self.model.served_name or self.model.repo
+
+    @property
+    def queued(self) -> bool:
+        """Whether Kueue admits the groups (spec.scheduling.queueName)."""
+        return bool(self.scheduling.queue_name)
 
     @property
     def speculative(self) -> bool:

@@ -181,6 +181,23 @@ class PlacementSpec:
 
 
 @dataclass(frozen=True)
+class TopologySpec:
+    """The node label a whole group must (``required``) or should (``preferred``) share."""
+
+    required: str | None = None
+    preferred: str | None = None
+
+
+@dataclass(frozen=True)
+class SchedulingSpec:
+    """Admission through Kueue: each group one Workload, admitted whole or not at all."""
+
+    queue_name: str | None = None
+    workload_priority_class_name: str | None = None
+    topology: TopologySpec | None = None
+
+
+@dataclass(frozen=True)
 class ResourcesSpec:
     cpu: str = ""  # a request only: vLLM's host threads burst
     cpu_limit: str = ""

@@ -208,6 +208,7 @@ def errors(spec: KimiK3DeploymentSpec) -> list[SpecError]:
     found += _canary_errors(spec)
     found += _size_errors(spec)
     found += _pod_errors(spec)
+    found += _scheduling_errors(spec)
     for path, text in _strings(spec, "spec"):
         if CONTROL.search(text):
             found.append(SpecError(path, text[:80], "contains a control character", "remove it"))
@@ -417,6 +418,14 @@ RESERVED_LABELS = (
     "app.kubernetes.io/name",
 )
 RESERVED_PREFIXES = ("serving.kimik3.io/", "leaderworkerset.sigs.k8s.io/")
+KUEUE_PREFIX = "kueue.x-k8s.io/"
+# A Kubernetes label key: an optional DNS-subdomain prefix and a name of at most 63.
+LABEL_KEY = re.compile(
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 PROFILE_PREFIXES = (
     "container.apparmor.security.beta.kubernetes.io/",
     "seccomp.security.alpha.kubernetes.io/",
@@ -437,6 +446,18 @@ def _pod_errors(spec: KimiK3DeploymentSpec) -> list[SpecError]:
                     "choose another key",
                 )
             )
+    for field_name, keys in (("labels", pod.labels), ("annotations", pod.annotations)):
+        for key in keys:
+            if key.startswith(KUEUE_PREFIX):
+                found.append(
+                    SpecError(
+                        f"spec.pod.{field_name}",
+                        key,
+                        "is a Kueue key: Kueue would admit each pod alone instead of the group "
+                        "whole",
+                        "name the queue, priority and topology in spec.scheduling",
+                    )
+                )
     for key in pod.annotations:
         if key.startswith(PROFILE_PREFIXES + RESERVED_PREFIXES):
             found.append(
@@ -544,6 +565,65 @@ def _volume_errors(
                     mount.get("name"),
                     "names a volume that spec.pod.volumes does not have",
                     "add the volume to spec.pod.volumes",
+                )
+            )
+    return found
+
+
+def _scheduling_errors(spec: KimiK3DeploymentSpec) -> list[SpecError]:
+    scheduling = spec.scheduling
+    found: list[SpecError] = []
+    queue = scheduling.queue_name
+    if queue and not DNS_LABEL.match(queue):
+        found.append(
+            SpecError(
+                "spec.scheduling.queueName",
+                queue[:80],
+                "is not a LocalQueue name",
+                "use lower-case letters, digits and '-', at most 63",
+            )
+        )
+    priority = scheduling.workload_priority_class_name
+    if priority and (len(priority) > 253 or not DNS_SUBDOMAIN.match(priority)):
+        found.append(
+            SpecError(
+                "spec.scheduling.workloadPriorityClassName",
+                priority[:80],
+                "is not a WorkloadPriorityClass name",
+                "use lower-case letters, digits, '-' and '.'",
+            )
+        )
+    topology = scheduling.topology
+    if topology is not None:
+        if bool(topology.required) == bool(topology.preferred):
+            found.append(
+                SpecError(
+                    "spec.scheduling.topology",
+                    {"required": topology.required, "preferred": topology.preferred},
+                    "takes exactly one of required and preferred",
+                )
+            )
+        for name, key in (("required", topology.required), ("preferred", topology.preferred)):
+            if key and (len(key) > 317 or not LABEL_KEY.match(key)):
+                found.append(
+                    SpecError(
+                        f"spec.scheduling.topology.{name}",
+                        key[:80],
+                        "is not a node label key",
+                        "name a level of Kueue's Topology, e.g. topology.kimik3.io/domain",
+                    )
+                )
+    for name, value in (
+        ("topology", topology),
+        ("workloadPriorityClassName", priority),
+    ):
+        if value and not queue:
+            found.append(
+                SpecError(
+                    f"spec.scheduling.{name}",
+                    str(value)[:80],
+                    "is Kueue's and no queue is named",
+                    "name the LocalQueue in spec.scheduling.queueName",
                 )
             )
     return found

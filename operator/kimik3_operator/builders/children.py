@@ -34,6 +34,7 @@ def desired_children(
     weight_bytes: int | None = None,
     rollout: Rollout = NO_ROLLOUT,
     pod_monitor_labels: Mapping[str, str] | None = None,
+    admission_held: bool = False,
 ) -> list[dict[str, Any]]:
     children: list[dict[str, Any]] = []
     if "probe" in parts and spec.preflight.mode != "Disabled" and spec.preflight.probe:
@@ -47,7 +48,9 @@ def desired_children(
         ]
     if "groups" in parts:
         children.append(
-            build_leader_worker_set(spec, owner, spec.paired_drafter, weight_bytes, rollout)
+            build_leader_worker_set(
+                spec, owner, spec.paired_drafter, weight_bytes, rollout, admission_held
+            )
         )
     if "serving" in parts:
         children.append(build_service(spec, owner))

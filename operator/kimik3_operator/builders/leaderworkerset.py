@@ -78,11 +78,16 @@ def build_leader_worker_set(
     drafter: ResolvedDrafter | None,
     weight_bytes: int | None = None,
     rollout: Rollout = NO_ROLLOUT,
+    admission_held: bool = False,
 ) -> dict[str, Any]:
-    """``weight_bytes``: what the model cache measured, for the start-up budget."""
+    """``weight_bytes``: what the model cache measured, for the start-up budget;
+    ``admission_held``: Kueue admits no group until the operator lifts its gate."""
     meta = metadata(owner, names.leader_worker_set(owner.name), c.COMPONENT_SERVING)
     if spec.placement.topology_key:
         meta["annotations"] = {c.LWS_EXCLUSIVE_TOPOLOGY: spec.placement.topology_key}
+    meta["labels"].update(queue_labels(spec))
+    if admission_held:
+        meta.setdefault("annotations", {})[c.KUEUE_ADMISSION_GATED_BY] = c.KUEUE_PREFLIGHT_GATE
     if rollout.stable:
         meta.setdefault("annotations", {})[c.STABLE_SPEC_ANNOTATION] = rollout.stable
     if rollout.template is not None:
@@ -115,6 +120,37 @@ def build_leader_worker_set(
             "leaderWorkerTemplate": template,
         },
     }
+
+
+def queue_labels(spec: KimiK3DeploymentSpec) -> dict[str, str]:
+    """The LeaderWorkerSet's labels that Kueue reads: its LocalQueue and priority."""
+    scheduling = spec.scheduling
+    found: dict[str, str] = {}
+    if scheduling.queue_name:
+        found[c.KUEUE_QUEUE_LABEL] = scheduling.queue_name
+    if scheduling.workload_priority_class_name:
+        found[c.KUEUE_PRIORITY_CLASS_LABEL] = scheduling.workload_priority_class_name
+    return found
+
+
+def topology_annotations(spec: KimiK3DeploymentSpec) -> dict[str, str]:
+    """A pod template's annotations for Kueue's topology-aware scheduling: the leader's and
+    the workers' pod sets in one group, so that the whole group lands in one domain."""
+    topology = spec.scheduling.topology
+    if not spec.queued or topology is None:
+        return {}
+    found: dict[str, str] = {}
+    if topology.required:
+        found[c.KUEUE_REQUIRED_TOPOLOGY] = topology.required
+    elif topology.preferred:
+        found[c.KUEUE_PREFERRED_TOPOLOGY] = topology.preferred
+    if spec.nodes_per_replica > 1:
+        found[c.KUEUE_PODSET_GROUP] = PODSET_GROUP
+    return found
+
+
+# The value is Kueue's key for the group within one Workload; one Workload is one group.
+PODSET_GROUP = "group"
 
 
 def pod_templates(
@@ -211,8 +247,9 @@ def _pod_template(
         pod_spec["imagePullSecrets"] = [{"name": s["name"]} for s in pod.image_pull_secrets]
     # The operator's labels over the platform's: the pods stay found by them.
     metadata: dict[str, Any] = {"labels": {**pod.labels, **labels(owner, component)}}
-    if pod.annotations:
-        metadata["annotations"] = dict(pod.annotations)
+    annotations = {**pod.annotations, **topology_annotations(spec)}
+    if annotations:
+        metadata["annotations"] = annotations
     return {"metadata": metadata, "spec": pod_spec}
 
 

@@ -12,10 +12,11 @@ highest, so where two hold, the higher one's word stands:
 | 4 | preflight | CapabilitiesVerified or DrafterPaired is not True (and the mode is Enforce) |
 | 5 | parked | the serving pods failed to start more often than the budget allows |
 | 6 | model cache | the weights are not yet (or could not be) put in the cache |
-| 7 | pods | the LeaderWorkerSet's groups, as the pods and the GPU ledger show them |
+| 7 | queue | a queue is named and Kueue is absent, or has not admitted every group |
+| 8 | pods | the LeaderWorkerSet's groups, as the pods and the GPU ledger show them |
 
 Then the conditions that never block are added: CapabilitiesVerified and DrafterPaired,
-ModelCached, SpeculationEffective, InterNodeFabric and CanaryVerified.
+ModelCached, Admitted, SpeculationEffective, InterNodeFabric and CanaryVerified.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from dataclasses import dataclass
 from kimik3_operator.api.conditions import Condition
 from kimik3_operator.api.constants import ConditionType, Reason
 from kimik3_operator.api.spec import KimiK3DeploymentSpec
+from kimik3_operator.observation.kueue import QueueState, admitted_condition
 from kimik3_operator.observation.model_cache import (
     CacheState,
     cache_condition,
@@ -57,6 +59,7 @@ class Findings:
     cache: CacheState | None = None
     canary: Condition | None = None
     speculation: Condition | None = None
+    queue: QueueState | None = None
 
 
 Stage = Callable[[Findings, Observation], Observation]
@@ -137,6 +140,39 @@ def _model_cache(found: Findings, observation: Observation) -> Observation:
     return Observation(observation.ready_replicas, tuple(conditions), summary, observation.problems)
 
 
+def _queue(found: Findings, observation: Observation) -> Observation:
+    """While Kueue has not admitted every group, Progressing and Available say where they
+    wait, in Kueue's words; a group preempted or evicted is Degraded. Pods that Kueue's gate
+    holds are waiting for admission, not failing."""
+    queue = found.queue
+    if queue is None or queue.held or queue.all_admitted:
+        return observation
+    admitted = admitted_condition(queue)
+    if not queue.installed:
+        return blocked(admitted.reason, admitted.message)
+    by_type = {c_.type: c_ for c_ in observation.conditions}
+    progressing = by_type[ConditionType.PROGRESSING]
+    available = by_type[ConditionType.AVAILABLE]
+    degraded = by_type[ConditionType.DEGRADED]
+    summary = observation.summary_reason
+    ready = observation.ready_replicas
+    if ready < queue.replicas:
+        progressing = Condition(
+            ConditionType.PROGRESSING,
+            "True",
+            admitted.reason,
+            f"{ready} of {queue.replicas} group(s) ready; {admitted.message}",
+        )
+        if available.status != "True":
+            available = Condition(
+                ConditionType.AVAILABLE, "False", admitted.reason, admitted.message
+            )
+            summary = admitted.reason
+    if admitted.reason in (Reason.PREEMPTED, Reason.EVICTED) and degraded.status != "True":
+        degraded = Condition(ConditionType.DEGRADED, "True", admitted.reason, admitted.message)
+    return Observation(ready, (progressing, available, degraded), summary, observation.problems)
+
+
 def _parked(found: Findings, observation: Observation) -> Observation:
     if found.parked is None:
         return observation
@@ -144,7 +180,7 @@ def _parked(found: Findings, observation: Observation) -> Observation:
 
 
 # Lowest first: each stage that holds overrides what the ones before it said.
-OVERRIDES: tuple[Stage, ...] = (_model_cache, _parked, _preflight)
+OVERRIDES: tuple[Stage, ...] = (_queue, _model_cache, _parked, _preflight)
 
 
 def final_conditions(found: Findings) -> Observation:
@@ -165,6 +201,7 @@ def final_conditions(found: Findings) -> Observation:
     gate = found.gate.conditions if found.gate is not None else ()
     extra = (
         _cache_condition(found),
+        admitted_condition(found.queue) if found.queue is not None else None,
         found.speculation,
         fabric_condition(found.spec) if found.spec is not None else None,
         found.canary,

@@ -36,6 +36,7 @@ from kimik3_operator.controller.status import (
 )
 from kimik3_operator.kube import KubeError, Obj
 from kimik3_operator.observation.crashes import failure_budget, parked_message, startup_failures
+from kimik3_operator.observation.kueue import held_by_operator, queue_state
 from kimik3_operator.observation.model_cache import (
     CacheState,
     cache_state,
@@ -172,9 +173,16 @@ def decide(snap: Snapshot) -> Decision:
     parked = failures is not None and bool(failures.get("parked"))
     cache: CacheState | None = None
     rollout: RolloutStep | None = None
-    if snap.lws_installed and gate.deploy:
-        cache = _model_cache(snap, spec, plan)
-        rollout = _serving(snap, spec, cache, parked, plan)
+    lws_ref: Ref = (LWS_API, "LeaderWorkerSet", names.leader_worker_set(snap.owner.name))
+    held = _admission_held(snap, spec, gate)
+    # A spec that names a queue while Kueue is absent would run unqueued: nothing is made.
+    queue_missing = spec.queued and not snap.kueue_installed
+    if snap.lws_installed and not queue_missing and (gate.deploy or held):
+        cache = _model_cache(snap, spec, plan) if gate.deploy else None
+        rollout = _serving(snap, spec, cache, parked, plan, admission_held=held)
+    if gate.failed and held_by_operator(snap.get(lws_ref)):
+        # A refused spec never waits in a queue: the groups held for it go.
+        plan.delete_owned(lws_ref)
     unread = plan.unread()
     conflicts = plan.conflicts()
     if conflicts:
@@ -185,7 +193,7 @@ def decide(snap: Snapshot) -> Decision:
     pods = observe(
         spec,
         lws_crd_installed=snap.lws_installed,
-        lws=snap.get((LWS_API, "LeaderWorkerSet", names.leader_worker_set(snap.owner.name))),
+        lws=snap.get(lws_ref),
         pods=list(snap.pods),
         gpus=snap.gpus,
         name=snap.owner.name,
@@ -195,6 +203,9 @@ def decide(snap: Snapshot) -> Decision:
     settled = rollout is None or rollout.settled
     if cache is not None and snap.lws_installed and gate.deploy and settled:
         cache = _collect_old_revisions(snap, spec, cache, pods, plan)
+    queue = queue_state(
+        spec, installed=snap.kueue_installed, lws=snap.get(lws_ref), workloads=snap.workloads
+    )
     found = Findings(
         pods=pods,
         spec=spec,
@@ -203,6 +214,7 @@ def decide(snap: Snapshot) -> Decision:
         cache=cache,
         canary=rollout.plan.condition if rollout is not None else None,
         speculation=speculation,
+        queue=queue,
     )
     final = final_conditions(found)
     parts = StatusParts(
@@ -216,6 +228,7 @@ def decide(snap: Snapshot) -> Decision:
         rollout=RolloutStatus(rollout.plan.section, rollout.render.pods_from)
         if rollout is not None
         else RolloutStatus(snap.status.get("rollout")),
+        queue=queue,
     )
     decision = _finish(snap, [*housekeeping, *plan.writes], notices, found, parts, final=final)
     return dataclasses.replace(
@@ -362,6 +375,20 @@ def _preflight(snap: Snapshot, spec: KimiK3DeploymentSpec, plan: _Plan) -> Gate:
         return evaluate(spec, table, snap.now, unreadable, key)
 
 
+def _admission_held(snap: Snapshot, spec: KimiK3DeploymentSpec, gate: Gate) -> bool:
+    """Whether the groups are made now, held in Kueue's queue until the preflight passes:
+    for a queued spec whose probe is still running, on a Kueue with the AdmissionGatedBy
+    gate, when the LeaderWorkerSet is new or still held (Kueue refuses a gate added to a
+    LeaderWorkerSet that exists). With the model cache the groups wait for the weights,
+    which wait for the preflight, so nothing is held."""
+    if not (spec.queued and snap.kueue_admission_gate and spec.model.cache is None):
+        return False
+    if gate.deploy or gate.failed:
+        return False
+    live = snap.get((LWS_API, "LeaderWorkerSet", names.leader_worker_set(snap.owner.name)))
+    return live is None or held_by_operator(live)
+
+
 def _failure_budget(snap: Snapshot, spec: KimiK3DeploymentSpec) -> dict[str, Any] | None:
     """status.startupFailures after counting the serving pods' start-up failures."""
     serving = [
@@ -441,6 +468,7 @@ def _serving(
     cache: CacheState | None,
     parked: bool,
     plan: _Plan,
+    admission_held: bool = False,
 ) -> RolloutStep | None:
     """The LeaderWorkerSet, the Service and the PodMonitor; the rollout step, unless the
     weights are not in the cache yet (then a running LeaderWorkerSet keeps serving its
@@ -467,6 +495,7 @@ def _serving(
         weight_bytes=weight_bytes,
         rollout=step.render,
         pod_monitor_labels=snap.pod_monitor_labels,
+        admission_held=admission_held,
     )
     plan.apply(children)
     if snap.pod_monitor_installed and not any(ch["kind"] == "PodMonitor" for ch in children):

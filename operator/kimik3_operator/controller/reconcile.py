@@ -63,6 +63,7 @@ def reconcile_for_runtime(
     ledger: GpuCounter | None,
     namespace_labels: Callable[[Kube, str], Mapping[str, str] | None],
     pod_monitor_labels: Mapping[str, str],
+    kueue_admission_gate: bool = False,
 ) -> ReconcileResult:
     """``reconcile`` as the runtime's manager calls it (its Reconciler)."""
     context = Context(
@@ -70,5 +71,6 @@ def reconcile_for_runtime(
         readings=readings,
         namespace_labels=namespace_labels,
         pod_monitor_labels=pod_monitor_labels,
+        kueue_admission_gate=kueue_admission_gate,
     )
     return reconcile(kube, key, context)

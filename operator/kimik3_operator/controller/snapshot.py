@@ -23,6 +23,7 @@ from kimik3_operator.api.types import SpecError
 from kimik3_operator.builders.common import Owner
 from kimik3_operator.builders.model_cache import cache_claim_name
 from kimik3_operator.kube import Kube, Obj, namespace_labels_from_server
+from kimik3_operator.observation.kueue import read_limit
 from kimik3_operator.observation.readings import Readings
 from kimik3_operator.observation.status_input import with_readable_status
 from kimik3_operator.observation.workload import GpuCounts, wants_gpu_counts
@@ -31,6 +32,7 @@ from kimik3_operator.observation.workload import GpuCounts, wants_gpu_counts
 Ref = tuple[str, str, str]
 LWS_API = f"{c.LWS_GROUP}/{c.LWS_VERSION}"
 PODMONITOR_API = f"{c.MONITORING_GROUP}/v1"
+KUEUE_API = f"{c.KUEUE_GROUP}/{c.KUEUE_VERSION}"
 CRD_API = "apiextensions.k8s.io/v1"
 # What the snapshot reads by the owner index: the children besides the pods, and the claims.
 CHILD_KINDS: tuple[tuple[str, str], ...] = tuple(
@@ -61,6 +63,9 @@ class Context:
     namespace_labels: Callable[[Kube, str], Mapping[str, str] | None] = namespace_labels_from_server
     # Labels on every PodMonitor the operator makes.
     pod_monitor_labels: Mapping[str, str] = field(default_factory=dict)
+    # Kueue runs with its AdmissionGatedBy feature gate: a new LeaderWorkerSet of a queued
+    # deployment is created gated while the preflight is pending.
+    kueue_admission_gate: bool = False
 
 
 @dataclass(frozen=True)
@@ -79,6 +84,10 @@ class Snapshot:
     namespace_labels: Mapping[str, str] | None = None
     lws_installed: bool = False
     pod_monitor_installed: bool = False
+    kueue_installed: bool = False
+    kueue_admission_gate: bool = False
+    # Kueue's Workloads of the LeaderWorkerSet (read only for a spec that names a queue).
+    workloads: tuple[Obj, ...] = ()
     pods: tuple[Obj, ...] = ()
     live: Mapping[Ref, Obj] = field(default_factory=dict)
     # Names asked of the API server and absent there too.
@@ -154,17 +163,36 @@ def take_snapshot(kube: Kube, key: tuple[str, str], context: Context) -> Snapsho
         if (kind != "LeaderWorkerSet" or lws_installed)
         and (kind != "PodMonitor" or pod_monitor_installed)
     ]
+    live = _children(kube, spec, owner, kinds)
+    kueue_installed = spec.queued and _crd_exists(kube, c.KUEUE_WORKLOAD_CRD)
+    lws = live.get((LWS_API, "LeaderWorkerSet", names.leader_worker_set(owner.name)))
     return dataclasses.replace(
         snap,
         spec=spec,
         namespace_labels=context.namespace_labels(kube, namespace),
         lws_installed=lws_installed,
         pod_monitor_installed=pod_monitor_installed,
+        kueue_installed=kueue_installed,
+        kueue_admission_gate=context.kueue_admission_gate,
+        workloads=_workloads(kube, spec, lws) if kueue_installed else (),
         pods=pods,
-        live=_children(kube, spec, owner, kinds),
+        live=live,
         gpus=gpus,
         gone_nodes=gone,
     )
+
+
+def _workloads(kube: Kube, spec: KimiK3DeploymentSpec, lws: Obj | None) -> tuple[Obj, ...]:
+    """The LeaderWorkerSet's Workloads, one per group, from the API server (the operator
+    watches no Workload): bounded by the groups asked for."""
+    meta = (lws or {}).get("metadata") or {}
+    if not meta.get("uid"):
+        return ()
+    selector = f"{c.KUEUE_JOB_UID_LABEL}={meta['uid']}"
+    found = kube.list_from_server(
+        KUEUE_API, "Workload", str(meta.get("namespace")), selector, read_limit(spec)
+    )
+    return tuple(found)
 
 
 def with_server_reads(kube: Kube, snap: Snapshot, refs: Iterable[Ref]) -> Snapshot:

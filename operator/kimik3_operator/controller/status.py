@@ -14,6 +14,7 @@ from kimik3_operator.api.spec import KimiK3DeploymentSpec
 from kimik3_operator.builders.common import Owner, selector_labels
 from kimik3_operator.observation.acceptance import AcceptanceReading, speculative_update
 from kimik3_operator.observation.download_progress import with_progress
+from kimik3_operator.observation.kueue import QueueState, admission_status
 from kimik3_operator.observation.model_cache import CacheState, cache_section
 from kimik3_operator.observation.readings import Readings
 from kimik3_operator.observation.workload import Observation
@@ -61,6 +62,7 @@ class StatusParts:
     speculative_numbers: Mapping[str, object] | None = None
     startup_failures: Mapping[str, Any] | None = None
     rollout: RolloutStatus | None = None
+    queue: QueueState | None = None
 
 
 def desired_status(
@@ -109,6 +111,8 @@ def desired_status(
         status["startupFailures"] = dict(parts.startup_failures)
     if rollout is not None and rollout.section:
         status["rollout"] = dict(rollout.section)
+    if parts.queue is not None:
+        status["admission"] = admission_status(parts.queue)
     if parts.gate is not None:
         status["capabilities"] = _keep_checked_at(
             current.get("capabilities") or {}, parts.gate.status

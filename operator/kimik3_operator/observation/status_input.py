@@ -16,6 +16,7 @@ SHAPES: dict[str, type | tuple[type, ...]] = {
     "startup": dict,
     "startupFailures": dict,
     "rollout": dict,
+    "admission": dict,
     "reason": str,
     "observedGeneration": int,
     "replicas": int,

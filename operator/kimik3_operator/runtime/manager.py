@@ -50,6 +50,7 @@ REJECTED_REMEMBERED = 10_000
 WATCHED_CRDS = {
     c.LWS_CRD: "LeaderWorkerSet",
     c.PODMONITOR_CRD: "PodMonitor",
+    c.KUEUE_WORKLOAD_CRD: "Workload",
 }
 
 
@@ -73,6 +74,7 @@ class Reconciler(Protocol):
         ledger: GpuLedger | None,
         namespace_labels: Callable[[Kube, str], Mapping[str, str] | None],
         pod_monitor_labels: Mapping[str, str],
+        kueue_admission_gate: bool,
     ) -> object: ...
 
 
@@ -298,6 +300,7 @@ class Manager:
                 ledger=self.ledger,
                 namespace_labels=self.namespace_labels,
                 pod_monitor_labels=dict(self.settings.pod_monitor_labels),
+                kueue_admission_gate=self.settings.kueue_admission_gate,
             )
         except Exception as exc:
             delay = self.queue.add_after_failure(key)

@@ -398,6 +398,11 @@ class StoreKube:
     ) -> Obj | None:
         return self.api.get(api_version, kind, name, namespace)
 
+    def list_from_server(
+        self, api_version: str, kind: str, namespace: str, label_selector: str, limit: int
+    ) -> builtins.list[Obj]:
+        return self.api.list_from_server(api_version, kind, namespace, label_selector, limit)
+
     def apply(self, manifest: Mapping[str, Any], force: bool = True) -> Obj:
         self._fence()
         result = self.api.apply(manifest, force)

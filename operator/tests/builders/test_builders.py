@@ -442,7 +442,7 @@ ZONES = {
 }
 NCCL_TOPOLOGY = {"name": "nccl-topo", "configMap": {"name": "nccl-topology"}}
 FLEET_POD = {
-    "labels": {"kueue.x-k8s.io/queue-name": "gpu", "cost-centre": "llm"},
+    "labels": {"team": "gpu", "cost-centre": "llm"},
     "annotations": {"k8s.v1.cni.cncf.io/networks": "rdma-net"},
     "runtimeClassName": "nvidia",
     "imagePullSecrets": [{"name": "registry"}],
@@ -478,7 +478,7 @@ def test_a_fleets_pod_settings_reach_leader_and_workers() -> None:
     template = lws_of(spec)["spec"]["leaderWorkerTemplate"]
     for role in ("leaderTemplate", "workerTemplate"):
         pod = template[role]
-        assert pod["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "gpu"
+        assert pod["metadata"]["labels"]["team"] == "gpu"
         assert pod["metadata"]["annotations"] == {"k8s.v1.cni.cncf.io/networks": "rdma-net"}
         assert pod["spec"]["runtimeClassName"] == "nvidia"
         assert pod["spec"]["imagePullSecrets"] == [{"name": "registry"}]
