@@ -130,6 +130,22 @@ BAD_SPECS: list[tuple[str, dict[str, Any], str]] = [
         "spec.engine.gpuMemoryUtilization: Invalid value",
     ),
     ("bad-mode", {"preflight": {"mode": "Maybe"}}, "spec.preflight.mode: Unsupported value"),
+    (
+        "topology-without-queue",
+        {"scheduling": {"topology": {"required": "topology.kimik3.io/domain"}}},
+        "scheduling.topology is placed by Kueue's topology-aware scheduling",
+    ),
+    (
+        "two-topologies",
+        {"scheduling": {"queueName": "q", "topology": {"required": "a", "preferred": "b"}}},
+        "scheduling.topology takes exactly one of required and preferred",
+    ),
+    ("bad-queue", {"scheduling": {"queueName": "GPUs"}}, "spec.scheduling.queueName: Invalid"),
+    (
+        "kueue-pod-label",
+        {"pod": {"labels": {"kueue.x-k8s.io/queue-name": "gpus"}}},
+        "pod.labels sets a kueue.x-k8s.io/ key",
+    ),
     ("negative-replicas", {"replicas": -1}, "spec.replicas: Invalid value: -1"),
     ("bad-version", {"engine": {"version": "latest"}}, "spec.engine.version: Invalid value"),
     (
@@ -391,3 +407,17 @@ def test_flags_the_operator_does_not_own_are_accepted(cluster: Cluster, namespac
     args = ["--max-num-seqs", "5", "--compilation-config.level=3", "-O3", "--chat-template", "x_y"]
     result = cluster.apply(kimi("free-flags", engine={"extraArgs": args}), namespace, check=False)
     assert result.returncode == 0, result.stderr
+
+
+def test_the_queue_is_fixed_once_the_deployment_exists(cluster: Cluster, namespace: str) -> None:
+    """Kueue keeps a LeaderWorkerSet in the queue it was made in: the API server refuses
+    a queue set, changed or removed later, naming the field and the way out."""
+    cluster.apply(kimi("queued", scheduling={"queueName": "gpus"}), namespace)
+    cluster.apply(kimi("plain"), namespace)
+    for name, scheduling in (("queued", {"queueName": "other"}), ("plain", {"queueName": "gpus"})):
+        result = cluster.apply(kimi(name, scheduling=scheduling), namespace, check=False)
+        assert result.returncode != 0, f"{name}: the queue changed"
+        assert "spec.scheduling.queueName: Forbidden" in result.stderr, result.stderr
+        assert "delete and re-create the KimiK3Deployment" in result.stderr
+    same = cluster.apply(kimi("queued", scheduling={"queueName": "gpus"}, replicas=2), namespace)
+    assert same.returncode == 0

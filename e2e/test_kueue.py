@@ -32,6 +32,7 @@ from e2e.support.kueue import (
     RACK_LABEL,
     Kueue,
     local_queue,
+    priority_classes,
     quota_objects,
 )
 from e2e.support.play_probe import finished_probe_pod, play, terminated_status
@@ -78,7 +79,8 @@ def kueue(cluster: Cluster) -> Iterator[Kueue]:
         "the Kueue pool's nodes Ready",
     )
     found.start()
-    cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(quota_objects(GROUP_GPUS)))
+    made = [*quota_objects(GROUP_GPUS), *priority_classes()]
+    cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(made))
     active = "jsonpath={.status.conditions[?(@.type=='Active')].status}"
     wait_for(
         lambda: cluster.kubectl("get", "clusterqueue", "gpus", "-o", active).stdout == "True",
@@ -268,5 +270,35 @@ def test_quota_is_held_until_the_probe_passes_and_a_refused_spec_never_holds_it(
             lambda: cluster.get("lws", "refused", namespace) is None, 60, "the held groups gone"
         )
         wait_for(lambda: not workloads(cluster, namespace), 60, "its Workload gone")
+    finally:
+        operator.stop()
+
+
+def test_a_group_preempted_for_a_higher_priority_is_reported_and_not_charged(
+    cluster: Cluster,
+    kueue: Kueue,
+    namespace: str,
+    wait_condition: Callable[..., dict[str, Any]],
+) -> None:
+    queue_namespace(cluster, namespace)
+    operator = OperatorProcess(cluster, namespace)
+    operator.start()
+
+    def at(priority: str) -> dict[str, Any]:
+        scheduling = {**QUEUED["scheduling"], "workloadPriorityClassName": priority}
+        return {**QUEUED, "scheduling": scheduling}
+
+    try:
+        cluster.apply(kimi("batch", **at("batch")), namespace)
+        wait_condition("batch", namespace, "Available", "True", timeout=120)
+        cluster.apply(kimi("serving", **at("serving")), namespace)
+        body = wait_condition("batch", namespace, "Admitted", "False", "Preempted", 120)
+        assert "preempted by Kueue" in condition(body, "Admitted")["message"]
+        assert condition(body, "Degraded")["reason"] == "Preempted"
+        wait_condition("serving", namespace, "Admitted", "True", "Admitted", 120)
+        wait_condition("serving", namespace, "Available", "True", timeout=120)
+        body = cluster.get("kk3d", "batch", namespace)
+        assert (body or {}).get("status", {}).get("startupFailures", {}).get("count", 0) == 0
+        assert condition(body, "Available")["status"] == "False"
     finally:
         operator.stop()

@@ -30,7 +30,14 @@ POOL_LABEL = "kimik3.io/e2e-pool"
 RACK_LABEL = "topology.kimik3.io/domain"
 FEATURE_GATES = {"AdmissionGatedBy": True, "VisibilityOnDemand": False}
 KEPT_RESOURCES = {"pods", "leaderworkersets"}
-KUEUE_KINDS = ("workloads", "localqueues", "clusterqueues", "resourceflavors", "topologies")
+KUEUE_KINDS = (
+    "workloads",
+    "localqueues",
+    "clusterqueues",
+    "resourceflavors",
+    "topologies",
+    "workloadpriorityclasses",
+)
 PREFIX = "kimik3-e2e-kueue-"
 METRICS_CERTS = pathlib.Path("/etc/kueue/metrics/certs")
 
@@ -199,6 +206,8 @@ def quota_objects(gpus: int, flavor: str = "gpu-racks") -> list[dict[str, Any]]:
             "metadata": {"name": "gpus"},
             "spec": {
                 "namespaceSelector": {},
+                # A Workload of a higher WorkloadPriorityClass takes a lower one's quota.
+                "preemption": {"withinClusterQueue": "LowerPriority"},
                 "resourceGroups": [
                     {
                         "coveredResources": ["nvidia.com/gpu", *unlimited],
@@ -218,6 +227,18 @@ def quota_objects(gpus: int, flavor: str = "gpu-racks") -> list[dict[str, Any]]:
                 ],
             },
         },
+    ]
+
+
+def priority_classes() -> list[dict[str, Any]]:
+    return [
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "WorkloadPriorityClass",
+            "metadata": {"name": name},
+            "value": value,
+        }
+        for name, value in (("batch", 10), ("serving", 1000))
     ]
 
 

@@ -143,6 +143,10 @@ def _terminated_runs(status: Mapping[str, Any]) -> list[tuple[str, Mapping[str, 
     return found
 
 
+# The condition Kueue sets on a pod it stops before deleting it.
+STOP_CONDITION = "TerminationTarget"
+
+
 def startup_failures(pods: Sequence[Mapping[str, Any]]) -> list[StartupFailure]:
     """Every container run, in these pods, that exited non-zero before its pod was Ready.
     A run that ended after the pod had served (Ready) is not a start-up failure."""
@@ -154,8 +158,14 @@ def startup_failures(pods: Sequence[Mapping[str, Any]]) -> list[StartupFailure]:
             isinstance(c, Mapping) and c.get("type") == "Ready" and c.get("status") == "True"
             for c in status.get("conditions") or []
         )
-        if ready or meta.get("deletionTimestamp"):
-            continue  # a pod being deleted is stopped, not failing (LWS recreates its group)
+        stopped = any(
+            isinstance(c, Mapping) and c.get("type") == STOP_CONDITION and c.get("status") == "True"
+            for c in status.get("conditions") or []
+        )
+        if ready or stopped or meta.get("deletionTimestamp"):
+            # A pod being deleted, or that Kueue stops (preempted, evicted), is stopped, not
+            # failing: LWS recreates its group, and the budget is not charged.
+            continue
         for container, terminated in _terminated_runs(status):
             code = terminated.get("exitCode")
             if (
