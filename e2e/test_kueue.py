@@ -208,6 +208,16 @@ def test_a_group_is_admitted_whole_in_one_rack_the_next_waits_and_a_rollout_comp
         wait_for(rolled, 180, "the rolling update under Kueue to complete")
         body = wait_condition("second", namespace, "Available", "True", timeout=60)
         assert condition(body, "Admitted")["status"] == "True"
+
+        # Kueue refuses a change of the pods' shape on a queued set: said, and the group keeps
+        # serving.
+        patch = {"spec": {"resources": {"cpu": "8"}}}
+        cluster.kubectl(
+            "patch", "kk3d", "second", "-n", namespace, "--type=merge", "-p", json.dumps(patch)
+        )
+        body = wait_condition("second", namespace, "Degraded", "True", "ApplyFailed", 60)
+        assert "immutable" in condition(body, "Degraded")["message"]
+        assert condition(body, "Available")["status"] == "True"
     finally:
         operator.stop()
 
