@@ -1,9 +1,10 @@
 """The CRD's own OpenAPI schema, applied offline as the API server applies it at
 ``kubectl apply``: the apiVersion and kind, unknown fields (kubectl's strict field
 validation), types, enums, bounds, lengths, patterns and list sizes, with the field named and,
-for a misspelt field or value, the nearest one the schema has. The schema's CEL rules are
-checked by ``parse_spec`` (api/validation.py states each again), so the CLI refuses what
-``kubectl apply`` refuses.
+for a misspelt field or value, the nearest one the schema has; then the schema's CEL rules,
+by a CEL implementation (``api/cel_rules.py``), so the CLI refuses what ``kubectl apply``
+refuses. ``parse_spec`` states each rule again for the operator, which reads resources stored
+before a rule existed.
 """
 
 from __future__ import annotations
@@ -59,6 +60,11 @@ def schema_errors(resource: Mapping[str, Any]) -> list[str]:
         )
     spec_schema = crd_schema()["properties"]["spec"]
     found += list(_check(resource.get("spec") or {}, spec_schema, "spec"))
+    if not found:
+        # The API server runs the CEL rules on a well-typed, defaulted object.
+        from kimik3_operator.api.cel_rules import cel_errors
+
+        found += cel_errors(resource, crd_schema())
     return found
 
 
