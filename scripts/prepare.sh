@@ -57,6 +57,7 @@ io_lane() {
   step scripts/install-deps.sh
   step scripts/vllm-venv.sh
   step scripts/vllm-cpu-venv.sh
+  step scripts/checkov-venv.sh
   step e2e/runtime/base-rootfs.sh
   # The real tier's vLLM image into the nodes' stores while the Go tools build, not after.
   step e2e/runtime/preload.sh

@@ -64,11 +64,13 @@ install_tool() {
   rmdir "$tmp"
 }
 
-# Everything from the other modules: the KWOK tools, helm, the LWS manager, Kueue and CoreDNS
-# with the plugins e2e/cluster/coredns/main.go names.
+# Everything from the other modules: the KWOK tools, kube-score, helm, the LWS manager, Kueue
+# and CoreDNS with the plugins e2e/cluster/coredns/main.go names.
 build_others() {
   install_tool "$kwok_dir" kwok "sigs.k8s.io/kwok/cmd/kwok@${KWOK_VERSION}"
   install_tool "$kwok_dir" kwokctl "sigs.k8s.io/kwok/cmd/kwokctl@${KWOK_VERSION}"
+  install_tool "$kube_score_dir" kube-score \
+    "github.com/zegl/kube-score/cmd/kube-score@${KUBE_SCORE_VERSION}"
   install_tool "$helm_dir" helm "helm.sh/helm/v4/cmd/helm@${HELM_VERSION}" \
     "-s -w -X helm.sh/helm/v4/internal/version.version=${HELM_VERSION}"
   if [[ ! -x "$lws_dir/lws-manager" ]]; then
@@ -98,7 +100,7 @@ failed=0
 wait "$k8s_pid" || failed=1
 wait "$others_pid" || failed=1
 ((failed == 0)) || { echo "cluster tools: a build failed (above)" >&2; exit 1; }
-for dir in "$k8s_dir" "$kwok_dir" "$helm_dir" "$lws_dir" "$kueue_dir"; do
+for dir in "$k8s_dir" "$kwok_dir" "$helm_dir" "$lws_dir" "$kueue_dir" "$kube_score_dir"; do
   ln -f "$dir"/* "$bin/"
 done
 
