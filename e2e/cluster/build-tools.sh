@@ -64,8 +64,8 @@ install_tool() {
   rmdir "$tmp"
 }
 
-# Everything from the other modules: the KWOK tools, kube-score, helm, the LWS manager, Kueue
-# and CoreDNS with the plugins e2e/cluster/coredns/main.go names.
+# Everything from the other modules: the KWOK tools, kube-score, helm, the LWS manager, Kueue,
+# the Prometheus Operator and CoreDNS with the plugins e2e/cluster/coredns/main.go names.
 build_others() {
   install_tool "$kwok_dir" kwok "sigs.k8s.io/kwok/cmd/kwok@${KWOK_VERSION}"
   install_tool "$kwok_dir" kwokctl "sigs.k8s.io/kwok/cmd/kwokctl@${KWOK_VERSION}"
@@ -85,6 +85,13 @@ build_others() {
     (cd "$here/kueue" && go build -trimpath -ldflags "-s -w" -o "$kueue_dir/kueue.tmp" sigs.k8s.io/kueue/cmd/kueue)
     mv "$kueue_dir/kueue.tmp" "$kueue_dir/kueue"
   fi
+  if [[ ! -x "$promop_dir/prometheus-operator" ]]; then
+    echo "building prometheus-operator (cmd/operator ${PROMETHEUS_OPERATOR_VERSION})" >&2
+    mkdir -p "$promop_dir"
+    (cd "$here/promop" && go build -trimpath -ldflags "-s -w" -o "$promop_dir/prometheus-operator.tmp" \
+      github.com/prometheus-operator/prometheus-operator/cmd/operator)
+    mv "$promop_dir/prometheus-operator.tmp" "$promop_dir/prometheus-operator"
+  fi
   if [[ ! -x "$coredns" ]]; then
     echo "building coredns ($here/coredns)" >&2
     mkdir -p "$(dirname "$coredns")"
@@ -100,7 +107,7 @@ failed=0
 wait "$k8s_pid" || failed=1
 wait "$others_pid" || failed=1
 ((failed == 0)) || { echo "cluster tools: a build failed (above)" >&2; exit 1; }
-for dir in "$k8s_dir" "$kwok_dir" "$helm_dir" "$lws_dir" "$kueue_dir" "$kube_score_dir"; do
+for dir in "$k8s_dir" "$kwok_dir" "$helm_dir" "$lws_dir" "$kueue_dir" "$kube_score_dir" "$promop_dir"; do
   ln -f "$dir"/* "$bin/"
 done
 
@@ -108,7 +115,7 @@ module_dir() {
   (cd "$here/k8s" && go mod download -json "$1" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')
 }
 # The LeaderWorkerSet CRD and webhook configuration come from the LWS module, the
-# PodMonitor, ServiceMonitor and PrometheusRule CRDs from the Prometheus Operator's.
+# CRDs, PodMonitor and ServiceMonitor among them, from the Prometheus Operator's.
 mkdir -p "$manifests"
 lws_module="$(module_dir "sigs.k8s.io/lws@${LWS_VERSION}")"
 cp "$lws_module"/config/crd/bases/*.yaml "$lws_module/config/webhook/manifests.yaml" "$manifests/"
@@ -119,10 +126,9 @@ mkdir -p "$manifests/kueue"
 cp "$kueue_module"/config/components/crd/bases/*.yaml "$manifests/kueue/"
 cp "$kueue_module/config/components/webhook/manifests.yaml" "$manifests/kueue-webhooks.yaml"
 chmod u+w "$manifests/kueue"/*.yaml
-promop_dir="$(module_dir "github.com/prometheus-operator/prometheus-operator@${PROMETHEUS_OPERATOR_VERSION}")"
-for crd in podmonitors servicemonitors prometheusrules; do
-  cp "$promop_dir/example/prometheus-operator-crd/monitoring.coreos.com_${crd}.yaml" "$manifests/"
-done
+promop_module="$(module_dir "github.com/prometheus-operator/prometheus-operator@${PROMETHEUS_OPERATOR_VERSION}")"
+# All of them: the Prometheus Operator's controllers wait for every kind they watch.
+cp "$promop_module"/example/prometheus-operator-crd/monitoring.coreos.com_*.yaml "$manifests/"
 chmod u+w "$manifests"/*.yaml
 touch "$manifests/.complete"
 
