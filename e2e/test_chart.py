@@ -28,6 +28,7 @@ from e2e.support.cluster import (
     RUN,
     Cluster,
     OperatorProcess,
+    condition,
     create_test_namespace,
     kimi,
     service_account_kubeconfig,
@@ -388,8 +389,9 @@ def test_the_admission_policy_fences_the_operators_token(
     name, system = release
     watched = system.replace("kimik3-", "llm-")
     helm(
-        cluster, "install", name, str(CHART), "-n", system, "--set", "leaderElection.enabled=false"
-    )
+        cluster, "install", name, str(CHART), "-n", system, "--set", "leaderElection.enabled=false",
+        "--set", "servingServiceAccounts={weights-reader}",
+    )  # fmt: skip
     kubeconfig = service_account_kubeconfig(
         cluster, system, name, RUN / f"sa-{system}-fence.kubeconfig"
     )
@@ -477,6 +479,9 @@ def test_the_admission_policy_fences_the_operators_token(
     def other_account(pod: dict[str, Any]) -> None:
         pod["serviceAccountName"] = "deployer"
 
+    def allowed_account(pod: dict[str, Any]) -> None:
+        pod["serviceAccountName"] = "weights-reader"
+
     def token(pod: dict[str, Any]) -> None:
         pod["automountServiceAccountToken"] = True
 
@@ -487,6 +492,7 @@ def test_the_admission_policy_fences_the_operators_token(
         pod["hostNetwork"] = True
 
     assert "created (server dry run)" in job_answer(lambda pod: None)
+    assert "created (server dry run)" in job_answer(allowed_account), "the chart allows it"
     for change, refusal in (
         (privileged, "are not privileged"),
         (host_path, "no hostPath"),
@@ -497,11 +503,25 @@ def test_the_admission_policy_fences_the_operators_token(
     ):
         assert refusal in job_answer(change), change.__name__
 
-    operator = _operator_as(cluster, system, name, watched, "-fence")
+    # The operator as the chart runs it: an account the chart allows is used, under the
+    # policy; another is refused by the operator itself, before any child.
+    operator = _operator_as(
+        cluster, system, name, watched, "-fence", {"KIMIK3_SERVICE_ACCOUNTS": "weights-reader"}
+    )
     operator.start()
     try:
-        cluster.apply(kimi("k3", **SMALL), watched)
+        cluster.kubectl("create", "serviceaccount", "weights-reader", "-n", watched)
+        account = {"serviceAccountName": "weights-reader"}
+        cluster.apply(kimi("k3", **SMALL, pod=account), watched)
         wait_condition("k3", watched, "Available", "True", "Available", timeout=120)
+        lws = cluster.get("lws", "k3", watched)
+        template = (lws or {})["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]
+        assert template["serviceAccountName"] == "weights-reader"
+        assert template["automountServiceAccountToken"] is False
+        cluster.apply(kimi("other", **SMALL, pod={"serviceAccountName": "deployer"}), watched)
+        body = wait_condition("other", watched, "Degraded", "True", "ServiceAccountNotAllowed")
+        assert "weights-reader" in condition(body, "Degraded")["message"]
+        assert cluster.get("lws", "other", watched) is None
         log = operator.log.read_text()
         assert "Forbidden" not in log and "denied" not in log, log[-3000:]
     finally:

@@ -253,6 +253,7 @@ FLEET_POD = {
     "labels": {"team": "gpu", "cost-centre": "llm"},
     "annotations": {"k8s.v1.cni.cncf.io/networks": "rdma-net"},
     "runtimeClassName": "nvidia",
+    "serviceAccountName": "weights-reader",
     "imagePullSecrets": [{"name": "registry"}],
     "extraResources": {"rdma/ib": 1},
     "envFrom": [{"configMapRef": {"name": "nccl"}}],

@@ -47,6 +47,9 @@ class Settings:
     # queued deployment's groups are made at once and held in the queue, without quota,
     # until the preflight passes (chart: kueue.admissionGatedBy).
     kueue_admission_gate: bool = False
+    # ServiceAccounts (names, in any watched namespace) that spec.pod.serviceAccountName may
+    # name; the chart's admission policy allows the same (servingServiceAccounts).
+    service_accounts: tuple[str, ...] = ()
     # Test clusters without GPUs only: a --speculative-config (JSON) used verbatim for
     # resources whose preflight is Disabled, so vLLM's CPU build can run a method it has.
 
@@ -93,6 +96,7 @@ class Settings:
             ),
             pod_monitor_labels=read.labels("KIMIK3_PODMONITOR_LABELS"),
             kueue_admission_gate=read.flag("KIMIK3_KUEUE_ADMISSION_GATE", False),
+            service_accounts=read.names("KIMIK3_SERVICE_ACCOUNTS"),
             lease_name=read.name("KIMIK3_LEASE_NAME", cls.lease_name),
             lease_namespace=lease_namespace,
             lease_seconds=read.number("KIMIK3_LEASE_SECONDS", cls.lease_seconds, 1, 3600),
@@ -200,3 +204,12 @@ class _Reader:
         if not DNS_SUBDOMAIN.match(raw):
             raise SettingsError(name, raw, "is not an object name (a DNS subdomain)")
         return raw
+
+    def names(self, name: str) -> tuple[str, ...]:
+        """A comma-separated list of object names (empty: none)."""
+        raw = self._raw(name)
+        found = tuple(n.strip() for n in (raw or "").split(",") if n.strip())
+        for item in found:
+            if not DNS_SUBDOMAIN.match(item):
+                raise SettingsError(name, raw or "", f"{item!r} is not an object name")
+        return found

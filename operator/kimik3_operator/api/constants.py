@@ -122,6 +122,8 @@ class Reason(StrEnum):
     # The namespace's enforced Pod Security level would refuse a pod the spec makes
     POD_SECURITY_REFUSED = "PodSecurityRefused"
     POD_SECURITY_ADMITTED = "PodSecurityAdmitted"
+    # spec.pod.serviceAccountName is not among those the operator's settings allow
+    SERVICE_ACCOUNT_NOT_ALLOWED = "ServiceAccountNotAllowed"
     RECONCILE_FAILED = "ReconcileFailed"
     # An object nested deeper than the operator decodes: skipped, so others are not stopped
     OBJECT_TOO_DEEP = "ObjectTooDeep"

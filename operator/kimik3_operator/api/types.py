@@ -238,6 +238,8 @@ class ServingPodSpec:
     labels: Mapping[str, str] = field(default_factory=dict)
     annotations: Mapping[str, str] = field(default_factory=dict)
     runtime_class_name: str = ""
+    # Checked against the operator's allowed list (KIMIK3_SERVICE_ACCOUNTS) before any child.
+    service_account_name: str = ""
     image_pull_secrets: tuple[Mapping[str, Any], ...] = ()
     # Extended resources per pod besides the GPUs (an RDMA fabric), requests = limits.
     extra_resources: Mapping[str, Any] = field(default_factory=dict)

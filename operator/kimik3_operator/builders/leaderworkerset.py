@@ -243,6 +243,8 @@ def _pod_template(
         )
     if pod.runtime_class_name:
         pod_spec["runtimeClassName"] = pod.runtime_class_name
+    if pod.service_account_name:
+        pod_spec["serviceAccountName"] = pod.service_account_name
     if pod.image_pull_secrets:
         pod_spec["imagePullSecrets"] = [{"name": s["name"]} for s in pod.image_pull_secrets]
     # The operator's labels over the platform's: the pods stay found by them.

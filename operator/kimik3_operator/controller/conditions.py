@@ -7,13 +7,14 @@ highest, so where two hold, the higher one's word stands:
 | precedence | stage | holds while |
 |---|---|---|
 | 1 | invalid | the name or the spec cannot be served (`InvalidSpec`); nothing else is decided |
-| 2 | pod security | the namespace's enforced level refuses a pod of the spec |
-| 3 | name conflict | a child's name is taken by an object this resource does not control |
-| 4 | preflight | CapabilitiesVerified or DrafterPaired is not True (and the mode is Enforce) |
-| 5 | parked | the serving pods failed to start more often than the budget allows |
-| 6 | model cache | the weights are not yet (or could not be) put in the cache |
-| 7 | queue | a queue is named and Kueue is absent, or has not admitted every group |
-| 8 | pods | the LeaderWorkerSet's groups, as the pods and the GPU ledger show them |
+| 2 | service account | spec.pod.serviceAccountName is not one the operator may use |
+| 3 | pod security | the namespace's enforced level refuses a pod of the spec |
+| 4 | name conflict | a child's name is taken by an object this resource does not control |
+| 5 | preflight | CapabilitiesVerified or DrafterPaired is not True (and the mode is Enforce) |
+| 6 | parked | the serving pods failed to start more often than the budget allows |
+| 7 | model cache | the weights are not yet (or could not be) put in the cache |
+| 8 | queue | a queue is named and Kueue is absent, or has not admitted every group |
+| 9 | pods | the LeaderWorkerSet's groups, as the pods and the GPU ledger show them |
 
 Then the conditions that never block are added: CapabilitiesVerified and DrafterPaired,
 ModelCached, Admitted, SpeculationEffective, InterNodeFabric and CanaryVerified.
@@ -53,6 +54,7 @@ class Findings:
     spec: KimiK3DeploymentSpec | None = None
     invalid: str | None = None
     pod_security: str | None = None
+    service_account: str | None = None
     name_conflict: str | None = None
     gate: Gate | None = None
     parked: str | None = None
@@ -187,6 +189,7 @@ def final_conditions(found: Findings) -> Observation:
     """Every condition the status ends with, by the precedence above."""
     alone = (
         (Reason.INVALID_SPEC, found.invalid),
+        (Reason.SERVICE_ACCOUNT_NOT_ALLOWED, found.service_account),
         (Reason.POD_SECURITY_REFUSED, found.pod_security),
         (Reason.NAME_CONFLICT, found.name_conflict),
     )

@@ -161,6 +161,10 @@ def decide(snap: Snapshot) -> Decision:
         found = Findings(invalid=snap.invalid or "the spec could not be read")
         return _finish(snap, housekeeping, notices, found, StatusParts(), invalid=True)
     spec = snap.spec
+    account = _service_account_refusal(snap, spec)
+    if account is not None:
+        found = Findings(spec=spec, service_account=account)
+        return _finish(snap, housekeeping, notices, found, StatusParts(spec=spec))
     refusal = _pod_security(snap, spec)
     if refusal is not None:
         # Before any child: a Job or a group the namespace refuses would only fail later,
@@ -312,6 +316,22 @@ def _status_removal(dropped: Sequence[str]) -> dict[str, Any]:
         elif isinstance(removal.setdefault(parts[0], {}), dict):
             removal[parts[0]][parts[1]] = None  # a merge patch removes a key named with null
     return removal
+
+
+def _service_account_refusal(snap: Snapshot, spec: KimiK3DeploymentSpec) -> str | None:
+    """Why the serving pods may not run as spec.pod.serviceAccountName: only the accounts the
+    operator's settings list, so that a resource cannot lend its pods an account its author
+    could not give a pod of their own."""
+    name = spec.pod.service_account_name
+    if not name or name in snap.service_accounts:
+        return None
+    allowed = ", ".join(snap.service_accounts) or "none"
+    return (
+        f"spec.pod.serviceAccountName={name!r} is not among the ServiceAccounts the operator "
+        f"may run serving pods as ({allowed}); nothing is created. Name one of them, remove "
+        "the field (the namespace's default account), or have the cluster admin add it to "
+        "the chart's servingServiceAccounts"
+    )
 
 
 def _pod_security(snap: Snapshot, spec: KimiK3DeploymentSpec) -> str | None:

@@ -64,6 +64,7 @@ def reconcile_for_runtime(
     namespace_labels: Callable[[Kube, str], Mapping[str, str] | None],
     pod_monitor_labels: Mapping[str, str],
     kueue_admission_gate: bool = False,
+    service_accounts: tuple[str, ...] = (),
 ) -> ReconcileResult:
     """``reconcile`` as the runtime's manager calls it (its Reconciler)."""
     context = Context(
@@ -72,5 +73,6 @@ def reconcile_for_runtime(
         namespace_labels=namespace_labels,
         pod_monitor_labels=pod_monitor_labels,
         kueue_admission_gate=kueue_admission_gate,
+        service_accounts=service_accounts,
     )
     return reconcile(kube, key, context)

@@ -66,6 +66,8 @@ class Context:
     # Kueue runs with its AdmissionGatedBy feature gate: a new LeaderWorkerSet of a queued
     # deployment is created gated while the preflight is pending.
     kueue_admission_gate: bool = False
+    # The ServiceAccounts spec.pod.serviceAccountName may name.
+    service_accounts: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -86,6 +88,7 @@ class Snapshot:
     pod_monitor_installed: bool = False
     kueue_installed: bool = False
     kueue_admission_gate: bool = False
+    service_accounts: tuple[str, ...] = ()
     # Kueue's Workloads of the LeaderWorkerSet (read only for a spec that names a queue).
     workloads: tuple[Obj, ...] = ()
     pods: tuple[Obj, ...] = ()
@@ -174,6 +177,7 @@ def take_snapshot(kube: Kube, key: tuple[str, str], context: Context) -> Snapsho
         pod_monitor_installed=pod_monitor_installed,
         kueue_installed=kueue_installed,
         kueue_admission_gate=context.kueue_admission_gate,
+        service_accounts=context.service_accounts,
         workloads=_workloads(kube, spec, lws) if kueue_installed else (),
         pods=pods,
         live=live,

@@ -75,6 +75,7 @@ class Reconciler(Protocol):
         namespace_labels: Callable[[Kube, str], Mapping[str, str] | None],
         pod_monitor_labels: Mapping[str, str],
         kueue_admission_gate: bool,
+        service_accounts: tuple[str, ...],
     ) -> object: ...
 
 
@@ -301,6 +302,7 @@ class Manager:
                 namespace_labels=self.namespace_labels,
                 pod_monitor_labels=dict(self.settings.pod_monitor_labels),
                 kueue_admission_gate=self.settings.kueue_admission_gate,
+                service_accounts=self.settings.service_accounts,
             )
         except Exception as exc:
             delay = self.queue.add_after_failure(key)
