@@ -9,6 +9,7 @@ a spec the preflight refuses never holds quota; a rolling update under Kueue com
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -92,9 +93,19 @@ def kueue(cluster: Cluster) -> Iterator[Kueue]:
     cluster.kubectl("delete", "nodes", "-l", f"{POOL_LABEL}=kueue", "--wait=false", check=False)
 
 
-def queue_namespace(cluster: Cluster, namespace: str) -> None:
+@contextlib.contextmanager
+def queued_operator(
+    cluster: Cluster, namespace: str, env: dict[str, str] | None = None
+) -> Iterator[OperatorProcess]:
+    """The namespace labelled for Kueue's webhooks with a LocalQueue, and an operator on it."""
     cluster.kubectl("label", "namespace", namespace, f"{NAMESPACE_LABEL}=true", "--overwrite")
     cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(local_queue(namespace)))
+    operator = OperatorProcess(cluster, namespace, extra_env=env)
+    operator.start()
+    try:
+        yield operator
+    finally:
+        operator.stop()
 
 
 def pods_of(cluster: Cluster, namespace: str, name: str) -> list[dict[str, Any]]:
@@ -140,10 +151,7 @@ def test_a_group_is_admitted_whole_in_one_rack_the_next_waits_and_a_rollout_comp
     namespace: str,
     wait_condition: Callable[..., dict[str, Any]],
 ) -> None:
-    queue_namespace(cluster, namespace)
-    operator = OperatorProcess(cluster, namespace)
-    operator.start()
-    try:
+    with queued_operator(cluster, namespace):
         cluster.apply(kimi("first", **QUEUED), namespace)
         body = wait_condition("first", namespace, "Admitted", "True", "Admitted", 120)
         assert "ClusterQueue gpus" in condition(body, "Admitted")["message"]
@@ -218,8 +226,6 @@ def test_a_group_is_admitted_whole_in_one_rack_the_next_waits_and_a_rollout_comp
         body = wait_condition("second", namespace, "Degraded", "True", "ApplyFailed", 60)
         assert "immutable" in condition(body, "Degraded")["message"]
         assert condition(body, "Available")["status"] == "True"
-    finally:
-        operator.stop()
 
 
 def test_quota_is_held_until_the_probe_passes_and_a_refused_spec_never_holds_it(
@@ -230,13 +236,8 @@ def test_quota_is_held_until_the_probe_passes_and_a_refused_spec_never_holds_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("KUBECONFIG", str(cluster.kubeconfig))  # the probe's player's kubectl
-    queue_namespace(cluster, namespace)
-    operator = OperatorProcess(
-        cluster, namespace, extra_env={"KIMIK3_KUEUE_ADMISSION_GATE": "true"}
-    )
-    operator.start()
     probed = {**QUEUED, "preflight": {"probe": True}}
-    try:
+    with queued_operator(cluster, namespace, {"KIMIK3_KUEUE_ADMISSION_GATE": "true"}):
         cluster.apply(kimi("held", **probed), namespace)
         body = wait_condition(
             "held", namespace, "Admitted", "False", "AdmissionHeldForPreflight", 120
@@ -280,8 +281,6 @@ def test_quota_is_held_until_the_probe_passes_and_a_refused_spec_never_holds_it(
             lambda: cluster.get("lws", "refused", namespace) is None, 60, "the held groups gone"
         )
         wait_for(lambda: not workloads(cluster, namespace), 60, "its Workload gone")
-    finally:
-        operator.stop()
 
 
 def test_a_group_preempted_for_a_higher_priority_is_reported_and_not_charged(
@@ -290,15 +289,11 @@ def test_a_group_preempted_for_a_higher_priority_is_reported_and_not_charged(
     namespace: str,
     wait_condition: Callable[..., dict[str, Any]],
 ) -> None:
-    queue_namespace(cluster, namespace)
-    operator = OperatorProcess(cluster, namespace)
-    operator.start()
-
     def at(priority: str) -> dict[str, Any]:
         scheduling = {**QUEUED["scheduling"], "workloadPriorityClassName": priority}
         return {**QUEUED, "scheduling": scheduling}
 
-    try:
+    with queued_operator(cluster, namespace):
         cluster.apply(kimi("batch", **at("batch")), namespace)
         wait_condition("batch", namespace, "Available", "True", timeout=120)
         cluster.apply(kimi("serving", **at("serving")), namespace)
@@ -310,5 +305,3 @@ def test_a_group_preempted_for_a_higher_priority_is_reported_and_not_charged(
         body = cluster.get("kk3d", "batch", namespace)
         assert (body or {}).get("status", {}).get("startupFailures", {}).get("count", 0) == 0
         assert condition(body, "Available")["status"] == "False"
-    finally:
-        operator.stop()

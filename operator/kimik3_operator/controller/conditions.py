@@ -106,11 +106,7 @@ def _preflight(found: Findings, observation: Observation) -> Observation:
                 Reason.WAITING_FOR_PREFLIGHT,
                 f"no GPU pod is created until {blocking.type} is True: {blocking.message}.{kept}",
             )
-        if available.status != "True":
-            available = Condition(
-                ConditionType.AVAILABLE, "False", blocking.reason, blocking.message
-            )
-            summary = blocking.reason
+        available, summary = _unavailable_for(available, summary, blocking)
     return Observation(
         observation.ready_replicas,
         (progressing, available, degraded),
@@ -142,6 +138,15 @@ def _model_cache(found: Findings, observation: Observation) -> Observation:
     return Observation(observation.ready_replicas, tuple(conditions), summary, observation.problems)
 
 
+def _unavailable_for(
+    available: Condition, summary: Reason, cause: Condition
+) -> tuple[Condition, Reason]:
+    """Available, and the summary, naming ``cause`` while the groups are not available."""
+    if available.status == "True":
+        return available, summary
+    return Condition(ConditionType.AVAILABLE, "False", cause.reason, cause.message), cause.reason
+
+
 def _queue(found: Findings, observation: Observation) -> Observation:
     """While Kueue has not admitted every group, Progressing and Available say where they
     wait, in Kueue's words; a group preempted or evicted is Degraded. Pods that Kueue's gate
@@ -165,11 +170,7 @@ def _queue(found: Findings, observation: Observation) -> Observation:
             admitted.reason,
             f"{ready} of {queue.replicas} group(s) ready; {admitted.message}",
         )
-        if available.status != "True":
-            available = Condition(
-                ConditionType.AVAILABLE, "False", admitted.reason, admitted.message
-            )
-            summary = admitted.reason
+        available, summary = _unavailable_for(available, summary, admitted)
     if admitted.reason in (Reason.PREEMPTED, Reason.EVICTED) and degraded.status != "True":
         degraded = Condition(ConditionType.DEGRADED, "True", admitted.reason, admitted.message)
     return Observation(ready, (progressing, available, degraded), summary, observation.problems)
