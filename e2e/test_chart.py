@@ -22,7 +22,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from e2e.support.chart import CHART, SMALL, helm
+from e2e.support.chart import CHART, SMALL, helm, install_chart
 from e2e.support.cluster import (
     ROOT,
     RUN,
@@ -186,20 +186,8 @@ def test_install_upgrade_test_uninstall(
     name, system = release
     watched = system.replace("kimik3-", "llm-")
     started = time.monotonic()
-    helm(
-        cluster,
-        "install",
-        name,
-        str(CHART),
-        "-n",
-        system,
-        "--wait",
-        "--timeout",
-        "120s",
-        "--set",
-        f"watchNamespaces={{{watched}}}",
-        "--set",
-        "leaderElection.enabled=false",
+    install_chart(
+        cluster, name, system, "leaderElection.enabled=false", watched=watched, wait="120s"
     )
     install_seconds = time.monotonic() - started
     deployment = json.loads(
@@ -260,16 +248,7 @@ def can_i(cluster: Cluster, account: str, *args: str) -> bool:
 def test_rbac_is_least_privilege(cluster: Cluster, release: tuple[str, str]) -> None:
     name, system = release
     watched = system.replace("kimik3-", "llm-")
-    helm(
-        cluster,
-        "install",
-        name,
-        str(CHART),
-        "-n",
-        system,
-        "--set",
-        f"watchNamespaces={{{watched}}}",
-    )
+    install_chart(cluster, name, system, watched=watched)
     sa = f"system:serviceaccount:{system}:{name}"
     allowed = [
         ("patch", "kimik3deployments.serving.kimik3.io/status", "-n", watched),
@@ -316,16 +295,7 @@ def test_leader_election_fails_over(
     reconciles nothing; a kill -9 of the leader hands over within the lease, a SIGTERM at once."""
     name, system = release
     watched = system.replace("kimik3-", "llm-")
-    helm(
-        cluster,
-        "install",
-        name,
-        str(CHART),
-        "-n",
-        system,
-        "--set",
-        f"watchNamespaces={{{watched}}}",
-    )
+    install_chart(cluster, name, system, watched=watched)
     lease = {
         "KIMIK3_LEASE_NAME": name,
         "KIMIK3_LEASE_NAMESPACE": system,
@@ -388,10 +358,13 @@ def test_the_admission_policy_fences_the_operators_token(
     labelled as the operator's, and the operator does its job."""
     name, system = release
     watched = system.replace("kimik3-", "llm-")
-    helm(
-        cluster, "install", name, str(CHART), "-n", system, "--set", "leaderElection.enabled=false",
-        "--set", "servingServiceAccounts={weights-reader}",
-    )  # fmt: skip
+    install_chart(
+        cluster,
+        name,
+        system,
+        "leaderElection.enabled=false",
+        "servingServiceAccounts={weights-reader}",
+    )
     kubeconfig = service_account_kubeconfig(
         cluster, system, name, RUN / f"sa-{system}-fence.kubeconfig"
     )

@@ -31,3 +31,24 @@ def helm(cluster: Cluster, *args: str, check: bool = True) -> subprocess.Complet
     if check and result.returncode != 0:
         raise AssertionError(f"helm {' '.join(args)}: {result.stderr}")
     return result
+
+
+def install_chart(
+    cluster: Cluster,
+    release: str,
+    namespace: str,
+    *settings: str,
+    watched: str = "",
+    wait: str = "",
+) -> subprocess.CompletedProcess[str]:
+    """`helm install` of the chart as release ``release`` in ``namespace``, each of
+    ``settings`` a `--set key=value`; ``watched``: the one namespace the operator watches;
+    ``wait``: how long helm waits for the release to be ready (no wait when empty)."""
+    args = ["install", release, str(CHART), "-n", namespace]
+    if wait:
+        args += ["--wait", "--timeout", wait]
+    if watched:
+        settings = (f"watchNamespaces={{{watched}}}", *settings)
+    for setting in settings:
+        args += ["--set", setting]
+    return helm(cluster, *args)
