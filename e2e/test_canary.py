@@ -14,14 +14,13 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
 
 from e2e.support.cluster import Cluster, OperatorProcess, condition, describe, kimi, wait_for
 from e2e.support.leaders import leaders, ready
-from e2e.support.vllm_exporter import FakeLeader
+from e2e.support.vllm_exporter import FakeLeader, serve_text
 
 pytestmark = pytest.mark.kwok
 
@@ -60,25 +59,11 @@ class Fleet:
 def fleet(cluster: Cluster) -> Iterator[tuple[Fleet, int]]:
     fleet = Fleet(cluster)
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            _, namespace, pod = self.path.split("/", 2)
-            text = fleet.exposition(namespace, pod)
-            if text is None:
-                self.send_error(404)
-                return
-            body = text.encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+    def text_for(path: str) -> str | None:
+        _, namespace, pod = path.split("/", 2)
+        return fleet.exposition(namespace, pod)
 
-        def log_message(self, *_: object) -> None:
-            return
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server = serve_text(text_for)
     yield fleet, server.server_address[1]
     server.shutdown()
 

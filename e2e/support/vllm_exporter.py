@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -138,12 +138,19 @@ class FakeLeader:
         return generate_latest(registry).decode()
 
 
-def serve(leader: FakeLeader, port: int, host: str = "127.0.0.1") -> ThreadingHTTPServer:
-    """Serves the leader's /metrics in a background thread; .shutdown() stops it."""
+def serve_text(
+    text_for: Callable[[str], str | None], port: int = 0, host: str = "127.0.0.1"
+) -> ThreadingHTTPServer:
+    """Serves, in a background thread, the exposition ``text_for`` gives for a request's
+    path (404 for None); .shutdown() stops it, .server_address[1] is its port."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
-            body = leader.exposition().encode()
+            text = text_for(self.path)
+            if text is None:
+                self.send_error(404)
+                return
+            body = text.encode()
             self.send_response(200)
             self.send_header("Content-Type", "text/plain; version=0.0.4")
             self.send_header("Content-Length", str(len(body)))
@@ -156,6 +163,11 @@ def serve(leader: FakeLeader, port: int, host: str = "127.0.0.1") -> ThreadingHT
     server = ThreadingHTTPServer((host, port), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server
+
+
+def serve(leader: FakeLeader, port: int, host: str = "127.0.0.1") -> ThreadingHTTPServer:
+    """Serves the leader's /metrics (at every path) in a background thread."""
+    return serve_text(lambda _path: leader.exposition(), port, host)
 
 
 def main() -> None:
