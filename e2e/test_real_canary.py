@@ -36,6 +36,7 @@ from e2e.support.real_node import (
 )
 from e2e.support.serving import (
     PROMPTS,
+    SCRAPE_REAL_LEADERS,
     complete,
     forget_model_volume,
     model_volume,
@@ -136,15 +137,7 @@ def rollout(cluster: Cluster, namespace: str) -> dict[str, Any]:
 def test_real_groups_roll_back_a_worse_drafter_from_the_canary_group_alone(
     cluster: Cluster, namespace: str, two_nodes: list[RealNode], models: pathlib.Path
 ) -> None:
-    operator = OperatorProcess(
-        cluster,
-        namespace,
-        extra_env={
-            "KIMIK3_SCRAPE_URL": "",
-            "KIMIK3_SCRAPE_SECONDS": "2",
-            "KIMIK3_ACCEPTANCE_WINDOW_SECONDS": "20",
-        },
-    )
+    operator = OperatorProcess(cluster, namespace, extra_env=SCRAPE_REAL_LEADERS)
     operator.start()
     traffic = Traffic(cluster, namespace)
     explain: Callable[[], str] = lambda: describe(cluster, "k3", namespace)  # noqa: E731

@@ -44,7 +44,14 @@ from e2e.support.prometheus import (
     start_prometheus,
 )
 from e2e.support.real_node import build_images, start_real_node
-from e2e.support.serving import PROMPTS, complete, forget_model_volume, model_volume, serving_spec
+from e2e.support.serving import (
+    PROMPTS,
+    SCRAPE_REAL_LEADERS,
+    complete,
+    forget_model_volume,
+    model_volume,
+    serving_spec,
+)
 
 pytestmark = pytest.mark.real_node
 
@@ -85,15 +92,7 @@ def test_a_real_vllm_serves_with_speculative_decoding(
 ) -> None:
     node = start_real_node(cluster.env)
     print(build_images(cluster.env, "vllm-cpu"))
-    operator = OperatorProcess(
-        cluster,
-        namespace,
-        extra_env={
-            "KIMIK3_SCRAPE_URL": "",  # the real pod answers on its own address
-            "KIMIK3_SCRAPE_SECONDS": "2",
-            "KIMIK3_ACCEPTANCE_WINDOW_SECONDS": "20",
-        },
-    )
+    operator = OperatorProcess(cluster, namespace, extra_env=SCRAPE_REAL_LEADERS)
     operator.start()
     explain: Callable[[], str] = lambda: describe(cluster, "k3", namespace)  # noqa: E731
     prometheus_process = None
@@ -216,15 +215,7 @@ def test_a_random_eagle3_head_is_reported_ineffective_and_alerts(
     volume = model_volume(cluster, namespace, {"tiny": "llama", "head": "eagle3-head"})
     node = start_real_node(cluster.env)
     print(build_images(cluster.env, "vllm-cpu"))
-    operator = OperatorProcess(
-        cluster,
-        namespace,
-        extra_env={
-            "KIMIK3_SCRAPE_URL": "",
-            "KIMIK3_SCRAPE_SECONDS": "2",
-            "KIMIK3_ACCEPTANCE_WINDOW_SECONDS": "20",
-        },
-    )
+    operator = OperatorProcess(cluster, namespace, extra_env=SCRAPE_REAL_LEADERS)
     operator.start()
     explain: Callable[[], str] = lambda: describe(cluster, "k3", namespace)  # noqa: E731
     prometheus_process = None

@@ -20,6 +20,12 @@ from e2e.support.real_node import SETTINGS, RealNode
 VLLM_CPU_IMAGE = SETTINGS["VLLM_CPU_IMAGE"]
 
 
+# The operator against real pods: their own addresses scraped, every 2 s, over a 20 s window.
+SCRAPE_REAL_LEADERS = {
+    "KIMIK3_SCRAPE_URL": "",
+    "KIMIK3_SCRAPE_SECONDS": "2",
+    "KIMIK3_ACCEPTANCE_WINDOW_SECONDS": "20",
+}
 PROMPTS = [
     "The operator checks the model, the drafter",
     "Speculative decoding is effective when",
