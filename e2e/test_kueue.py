@@ -97,7 +97,10 @@ def kueue(cluster: Cluster) -> Iterator[Kueue]:
 def queued_operator(
     cluster: Cluster, namespace: str, env: dict[str, str] | None = None
 ) -> Iterator[OperatorProcess]:
-    """The namespace labelled for Kueue's webhooks with a LocalQueue, and an operator on it."""
+    """The namespace labelled for Kueue's webhooks with a LocalQueue, and an operator on it.
+    At the end its deployments go, and the test waits until their Workloads have given their
+    quota back: the next test's groups need the same GPUs, and a namespace deleted without
+    waiting frees them only when the garbage collector gets there."""
     cluster.kubectl("label", "namespace", namespace, f"{NAMESPACE_LABEL}=true", "--overwrite")
     cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(local_queue(namespace)))
     operator = OperatorProcess(cluster, namespace, extra_env=env)
@@ -106,6 +109,10 @@ def queued_operator(
         yield operator
     finally:
         operator.stop()
+        cluster.kubectl("delete", "kk3d", "--all", "-n", namespace, "--wait=false", check=False)
+        wait_for(
+            lambda: not workloads(cluster, namespace), 180, f"the Workloads of {namespace} gone"
+        )
 
 
 def pods_of(cluster: Cluster, namespace: str, name: str) -> list[dict[str, Any]]:
@@ -264,7 +271,7 @@ def test_quota_is_held_until_the_probe_passes_and_a_refused_spec_never_holds_it(
         assert "kueue.x-k8s.io/admission-gated-by" not in annotations
         wait_condition("held", namespace, "Available", "True", timeout=120)
         cluster.kubectl("delete", "kk3d", "held", "-n", namespace)
-        wait_for(lambda: not workloads(cluster, namespace), 60, "the held group's Workload gone")
+        wait_for(lambda: not workloads(cluster, namespace), 180, "the held group's Workload gone")
 
         # The probe of this one fails: the groups held for it go, and no Workload of it ever
         # reserves quota.
@@ -280,7 +287,7 @@ def test_quota_is_held_until_the_probe_passes_and_a_refused_spec_never_holds_it(
         wait_for(
             lambda: cluster.get("lws", "refused", namespace) is None, 60, "the held groups gone"
         )
-        wait_for(lambda: not workloads(cluster, namespace), 60, "its Workload gone")
+        wait_for(lambda: not workloads(cluster, namespace), 180, "its Workload gone")
 
 
 def test_a_group_preempted_for_a_higher_priority_is_reported_and_not_charged(
