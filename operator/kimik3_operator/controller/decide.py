@@ -178,7 +178,7 @@ def decide(snap: Snapshot) -> Decision:
     cache: CacheState | None = None
     rollout: RolloutStep | None = None
     lws_ref: Ref = (LWS_API, "LeaderWorkerSet", names.leader_worker_set(snap.owner.name))
-    held = _admission_held(snap, spec, gate)
+    held = _admission_held(snap, spec, gate, snap.get(lws_ref))
     # A spec that names a queue while Kueue is absent would run unqueued: nothing is made.
     queue_missing = spec.queued and not snap.kueue_installed
     if snap.lws_installed and not queue_missing and (gate.deploy or held):
@@ -395,7 +395,9 @@ def _preflight(snap: Snapshot, spec: KimiK3DeploymentSpec, plan: _Plan) -> Gate:
         return evaluate(spec, table, snap.now, unreadable, key)
 
 
-def _admission_held(snap: Snapshot, spec: KimiK3DeploymentSpec, gate: Gate) -> bool:
+def _admission_held(
+    snap: Snapshot, spec: KimiK3DeploymentSpec, gate: Gate, live: Obj | None
+) -> bool:
     """Whether the groups are made now, held in Kueue's queue until the preflight passes:
     for a queued spec whose probe is still running, on a Kueue with the AdmissionGatedBy
     gate, when the LeaderWorkerSet is new or still held (Kueue refuses a gate added to a
@@ -405,7 +407,6 @@ def _admission_held(snap: Snapshot, spec: KimiK3DeploymentSpec, gate: Gate) -> b
         return False
     if gate.deploy or gate.failed:
         return False
-    live = snap.get((LWS_API, "LeaderWorkerSet", names.leader_worker_set(snap.owner.name)))
     return live is None or held_by_operator(live)
 
 
