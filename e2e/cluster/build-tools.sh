@@ -65,7 +65,7 @@ install_tool() {
 }
 
 # Everything from the other modules: the KWOK tools, kube-score, helm, the LWS manager, Kueue,
-# the Prometheus Operator and CoreDNS with the plugins e2e/cluster/coredns/main.go names.
+# KEDA, the Prometheus Operator and CoreDNS with the plugins e2e/cluster/coredns/main.go names.
 build_others() {
   install_tool "$kwok_dir" kwok "sigs.k8s.io/kwok/cmd/kwok@${KWOK_VERSION}"
   install_tool "$kwok_dir" kwokctl "sigs.k8s.io/kwok/cmd/kwokctl@${KWOK_VERSION}"
@@ -84,6 +84,18 @@ build_others() {
     mkdir -p "$kueue_dir"
     (cd "$here/kueue" && go build -trimpath -ldflags "-s -w" -o "$kueue_dir/kueue.tmp" sigs.k8s.io/kueue/cmd/kueue)
     mv "$kueue_dir/kueue.tmp" "$kueue_dir/kueue"
+  fi
+  if [[ ! -x "$keda_dir/keda-operator" || ! -x "$keda_dir/keda-adapter" ]]; then
+    echo "building keda-operator and keda-adapter (github.com/kedacore/keda/v2 ${KEDA_VERSION})" >&2
+    local out
+    out="$(mktemp -d)"
+    # One build: the two commands share nearly every package (KEDA's scalers).
+    (cd "$here/keda" && go build -trimpath -ldflags "-s -w" -o "$out/" \
+      github.com/kedacore/keda/v2/cmd/operator github.com/kedacore/keda/v2/cmd/adapter)
+    mkdir -p "$keda_dir"
+    mv "$out/operator" "$keda_dir/keda-operator"
+    mv "$out/adapter" "$keda_dir/keda-adapter"
+    rm -rf "$out"
   fi
   if [[ ! -x "$promop_dir/prometheus-operator" ]]; then
     echo "building prometheus-operator (cmd/operator ${PROMETHEUS_OPERATOR_VERSION})" >&2
@@ -107,7 +119,8 @@ failed=0
 wait "$k8s_pid" || failed=1
 wait "$others_pid" || failed=1
 ((failed == 0)) || { echo "cluster tools: a build failed (above)" >&2; exit 1; }
-for dir in "$k8s_dir" "$kwok_dir" "$helm_dir" "$lws_dir" "$kueue_dir" "$kube_score_dir" "$promop_dir"; do
+for dir in "$k8s_dir" "$kwok_dir" "$helm_dir" "$lws_dir" "$kueue_dir" "$keda_dir" "$kube_score_dir" \
+  "$promop_dir"; do
   ln -f "$dir"/* "$bin/"
 done
 
@@ -126,6 +139,11 @@ mkdir -p "$manifests/kueue"
 cp "$kueue_module"/config/components/crd/bases/*.yaml "$manifests/kueue/"
 cp "$kueue_module/config/components/webhook/manifests.yaml" "$manifests/kueue-webhooks.yaml"
 chmod u+w "$manifests/kueue"/*.yaml
+# KEDA's CRDs from its module.
+keda_module="$(cd "$here/keda" && go mod download -json "github.com/kedacore/keda/v2@${KEDA_VERSION}" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')"
+mkdir -p "$manifests/keda"
+cp "$keda_module"/config/crd/bases/*.yaml "$manifests/keda/"
+chmod u+w "$manifests/keda"/*.yaml
 promop_module="$(module_dir "github.com/prometheus-operator/prometheus-operator@${PROMETHEUS_OPERATOR_VERSION}")"
 # All of them: the Prometheus Operator's controllers wait for every kind they watch.
 cp "$promop_module"/example/prometheus-operator-crd/monitoring.coreos.com_*.yaml "$manifests/"

@@ -32,6 +32,11 @@ else
   kwokctl delete cluster --name "$cluster" >/dev/null 2>&1 || true
   # Audit only the benchmark's operator identity, so bench/scale.py can count the API
   # requests the operator makes (by verb and resource) from the API server's own record.
+  # kwokctl v0.8.0 files a component's later --extra-args under the index of its first one in
+  # the whole list: each component's first argument must come at its own position (the
+  # first component's, here the API server's, may come again later). The HPA syncs every 5 s
+  # for the autoscaling tests; the API server routes to an APIService's endpoints (KEDA's
+  # adapter on this machine's address).
   cat > "$run/audit-policy.yaml" <<POLICY
 apiVersion: audit.k8s.io/v1
 kind: Policy
@@ -44,8 +49,10 @@ POLICY
   kwokctl create cluster --name "$cluster" --runtime binary \
     --kube-audit-policy "$run/audit-policy.yaml" \
     --extra-args kube-apiserver=kubelet-preferred-address-types=InternalIP \
+    --extra-args kube-controller-manager=horizontal-pod-autoscaler-sync-period=5s \
     --extra-args kwok-controller=manage-all-nodes=false \
     --extra-args kwok-controller=manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake \
+    --extra-args kube-apiserver=enable-aggregator-routing=true \
     --kube-apiserver-binary "$bin/kube-apiserver" \
     --kube-controller-manager-binary "$bin/kube-controller-manager" \
     --kube-scheduler-binary "$bin/kube-scheduler" \

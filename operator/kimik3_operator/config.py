@@ -11,6 +11,8 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from kimik3_operator.api import constants as c
+
 
 @dataclass(frozen=True)
 class Settings:
@@ -50,6 +52,9 @@ class Settings:
     # ServiceAccounts (names, in any watched namespace) that spec.pod.serviceAccountName may
     # name; the chart's admission policy allows the same (servingServiceAccounts).
     service_accounts: tuple[str, ...] = ()
+    # The Prometheus the ScaledObjects of spec.autoscaling query for the leaders' load (the
+    # chart's autoscaling.prometheusAddress); it must scrape the operator's PodMonitors.
+    prometheus_url: str = c.DEFAULT_PROMETHEUS_URL
     # Test clusters without GPUs only: a --speculative-config (JSON) used verbatim for
     # resources whose preflight is Disabled, so vLLM's CPU build can run a method it has.
 
@@ -97,6 +102,9 @@ class Settings:
             pod_monitor_labels=read.labels("KIMIK3_PODMONITOR_LABELS"),
             kueue_admission_gate=read.flag("KIMIK3_KUEUE_ADMISSION_GATE", False),
             service_accounts=read.names("KIMIK3_SERVICE_ACCOUNTS"),
+            prometheus_url=read.url(
+                "KIMIK3_PROMETHEUS_URL", cls.prometheus_url, schemes=("http", "https")
+            ),
             lease_name=read.name("KIMIK3_LEASE_NAME", cls.lease_name),
             lease_namespace=lease_namespace,
             lease_seconds=read.number("KIMIK3_LEASE_SECONDS", cls.lease_seconds, 1, 3600),
@@ -153,13 +161,16 @@ class _Reader:
             raise SettingsError(name, raw, "is not true or false")
         return FLAGS[raw.lower()]
 
-    def url(self, name: str, default: str, port: bool = False) -> str:
+    def url(
+        self, name: str, default: str, port: bool = False, schemes: tuple[str, ...] = ("http",)
+    ) -> str:
         raw = self._raw(name)
         if raw is None:
             return default
         parsed = urllib.parse.urlsplit(raw.replace("{pod}", "p").replace("{namespace}", "n"))
-        if parsed.scheme != "http" or not parsed.hostname:
-            raise SettingsError(name, raw, "is not an http:// URL with a host")
+        if parsed.scheme not in schemes or not parsed.hostname:
+            kinds = " or ".join(f"{scheme}://" for scheme in schemes)
+            raise SettingsError(name, raw, f"is not an {kinds} URL with a host")
         try:
             given = parsed.port
         except ValueError:

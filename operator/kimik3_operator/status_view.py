@@ -109,6 +109,19 @@ def _admission_lines(status: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def _autoscaling_lines(status: Mapping[str, Any]) -> list[str]:
+    """What KEDA asks, what is made, and which directions are held."""
+    scaling: Mapping[str, Any] = status.get("autoscaling") or {}
+    if not scaling:
+        return []
+    return [
+        "",
+        f"Autoscaling: KEDA asks {scaling.get('desiredReplicas', '?')} group(s), "
+        f"{scaling.get('acceptedReplicas', '?')} made (max {scaling.get('maxReplicaCount', '?')})"
+        f"  scale-out {scaling.get('scaleOut', '?')}  scale-in {scaling.get('scaleIn', '?')}",
+    ]
+
+
 def render_status(body: Mapping[str, Any]) -> str:
     meta = body.get("metadata", {})
     status: Mapping[str, Any] = body.get("status") or {}
@@ -128,6 +141,7 @@ def render_status(body: Mapping[str, Any]) -> str:
             f"{c.get('reason', '')}: {c.get('message', '')}"
         )
     lines += _admission_lines(status)
+    lines += _autoscaling_lines(status)
     lines += _startup_lines(status)
     lines += _rollout_lines(status)
     speculative: Mapping[str, Any] = status.get("speculative") or {}

@@ -61,6 +61,17 @@ KUEUE_JOB_UID_LABEL: Final = f"{KUEUE_GROUP}/job-uid"
 # The scheduling gate Kueue puts on a pod until its Workload is admitted.
 KUEUE_SCHEDULING_GATE: Final = f"{KUEUE_GROUP}/admission"
 
+# KEDA: spec.autoscaling renders one ScaledObject whose target is the KimiK3Deployment.
+KEDA_GROUP: Final = "keda.sh"
+KEDA_VERSION: Final = "v1alpha1"
+KEDA_SCALEDOBJECT_CRD: Final = f"scaledobjects.{KEDA_GROUP}"
+# KEDA turns these into the HPA's selectPolicy Disabled for that direction.
+KEDA_PAUSED_SCALE_OUT: Final = "autoscaling.keda.sh/paused-scale-out"
+KEDA_PAUSED_SCALE_IN: Final = "autoscaling.keda.sh/paused-scale-in"
+# Where KEDA asks Prometheus unless the operator's settings say otherwise:
+# kube-prometheus-stack's Service in the monitoring namespace.
+DEFAULT_PROMETHEUS_URL: Final = "http://prometheus-operated.monitoring.svc:9090"
+
 MONITORING_GROUP: Final = "monitoring.coreos.com"
 PODMONITOR_CRD: Final = f"podmonitors.{MONITORING_GROUP}"
 
@@ -93,6 +104,8 @@ class ConditionType(StrEnum):
     INTER_NODE_FABRIC = "InterNodeFabric"
     # With spec.scheduling.queueName: whether Kueue admitted every group.
     ADMITTED = "Admitted"
+    # With spec.autoscaling: whether KEDA drives the groups freely, or what holds or limits it.
+    AUTOSCALING = "Autoscaling"
 
 
 @unique
@@ -149,6 +162,19 @@ class Reason(StrEnum):
     EVICTED = "Evicted"
     PREEMPTED = "Preempted"
     KUEUE_NOT_INSTALLED = "KueueNotInstalled"
+    # Autoscaling: KEDA drives the groups; KEDA absent; held (no scale-out, or no change at
+    # all) while the drafter's acceptance collapsed, the deployment is parked, a canary is
+    # judged, the preflight has not passed or a group is still starting; the groups asked
+    # for clamped to what the free GPUs (or the Kueue quota) can place
+    AUTOSCALING_ACTIVE = "AutoscalingActive"
+    KEDA_NOT_INSTALLED = "KedaNotInstalled"
+    HELD_FOR_ACCEPTANCE = "HeldForAcceptance"
+    HELD_WHILE_PARKED = "HeldWhileParked"
+    HELD_FOR_CANARY = "HeldForCanary"
+    HELD_FOR_PREFLIGHT = "HeldForPreflight"
+    HELD_WHILE_STARTING = "HeldWhileStarting"
+    CLAMPED_BY_GPUS = "ClampedByGPUs"
+    CLAMPED_BY_QUOTA = "ClampedByQuota"
     # Preflight (CapabilitiesVerified, DrafterPaired) and the image probe
     ARCHITECTURE_NOT_REGISTERED = "ArchitectureNotRegistered"
     ARCHITECTURE_REGISTERED = "ArchitectureRegistered"

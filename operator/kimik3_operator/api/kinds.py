@@ -31,6 +31,7 @@ KINDS: Final[dict[str, Kind]] = {
         Kind(c.KIND, c.API_VERSION, c.PLURAL),
         Kind("LeaderWorkerSet", f"{c.LWS_GROUP}/{c.LWS_VERSION}", c.LWS_PLURAL),
         Kind("PodMonitor", f"{c.MONITORING_GROUP}/v1", "podmonitors"),
+        Kind("ScaledObject", f"{c.KEDA_GROUP}/{c.KEDA_VERSION}", "scaledobjects"),
         Kind("Service", "v1", "services"),
         Kind("Pod", "v1", "pods"),
         Kind("Node", "v1", "nodes"),
@@ -46,5 +47,14 @@ KINDS: Final[dict[str, Kind]] = {
 }
 # A KimiK3Deployment's children, each watched with the managed-by label selector.
 CHILDREN: Final[tuple[Kind, ...]] = tuple(
-    KINDS[name] for name in ("LeaderWorkerSet", "Service", "PodMonitor", "Job", "ConfigMap", "Pod")
+    KINDS[name]
+    for name in (
+        "LeaderWorkerSet",
+        "Service",
+        "PodMonitor",
+        "ScaledObject",
+        "Job",
+        "ConfigMap",
+        "Pod",
+    )
 )

@@ -70,6 +70,10 @@ def pod_monitor(name: str) -> str:
     return name
 
 
+def scaled_object(name: str) -> str:
+    return name
+
+
 def preflight_job(name: str, probe_key: str) -> str:
     return child(name, f"preflight-{_short(probe_key)}")
 

@@ -8,6 +8,7 @@ from functools import cached_property
 
 from kimik3_operator.api.pairing import ResolvedDrafter, resolve_drafter
 from kimik3_operator.api.types import (
+    AutoscalingSpec,
     DrafterSpec,
     EngineSpec,
     ModelSpec,
@@ -33,6 +34,7 @@ class KimiK3DeploymentSpec:
     parallelism: ParallelismSpec = field(default_factory=ParallelismSpec)
     placement: PlacementSpec = field(default_factory=PlacementSpec)
     scheduling: SchedulingSpec = field(default_factory=SchedulingSpec)
+    autoscaling: AutoscalingSpec | None = None
     resources: ResourcesSpec = field(default_factory=ResourcesSpec)
     service: ServiceSpec = field(default_factory=ServiceSpec)
     pod: ServingPodSpec = field(default_factory=ServingPodSpec)
@@ -71,6 +73,11 @@ class KimiK3DeploymentSpec:
     def queued(self) -> bool:
         """Whether Kueue admits the groups (spec.scheduling.queueName)."""
         return bool(self.scheduling.queue_name)
+
+    @property
+    def autoscaled(self) -> bool:
+        """Whether KEDA drives spec.replicas (spec.autoscaling)."""
+        return self.autoscaling is not None
 
     @property
     def speculative(self) -> bool:

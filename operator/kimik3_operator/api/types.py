@@ -198,6 +198,37 @@ class SchedulingSpec:
 
 
 @dataclass(frozen=True)
+class AutoscalingTarget:
+    """What one group is sized for: vLLM's waiting requests per group, and (when set) its
+    KV-cache usage per group as a second trigger."""
+
+    waiting_requests_per_group: int = 8
+    kv_cache_usage: float | None = None
+
+
+@dataclass(frozen=True)
+class AutoscalingBehavior:
+    """How quickly KEDA's HPA follows the load; None: derived from the start-up budget."""
+
+    scale_up_stabilization_seconds: int = 0
+    scale_down_stabilization_seconds: int | None = None
+    polling_interval_seconds: int = 15
+
+
+@dataclass(frozen=True)
+class AutoscalingSpec:
+    """The groups driven by KEDA on the leaders' own load, between min and max."""
+
+    max_replicas: int
+    min_replicas: int = 1
+    # minReplicas 0 is taken only with this and a model cache: the first request after a
+    # scale to zero waits a whole start-up.
+    scale_to_zero: bool = False
+    target: AutoscalingTarget = field(default_factory=AutoscalingTarget)
+    behavior: AutoscalingBehavior = field(default_factory=AutoscalingBehavior)
+
+
+@dataclass(frozen=True)
 class ResourcesSpec:
     cpu: str = ""  # a request only: vLLM's host threads burst
     cpu_limit: str = ""

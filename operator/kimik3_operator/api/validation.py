@@ -209,6 +209,7 @@ def errors(spec: KimiK3DeploymentSpec) -> list[SpecError]:
     found += _size_errors(spec)
     found += _pod_errors(spec)
     found += _scheduling_errors(spec)
+    found += _autoscaling_errors(spec)
     for path, text in _strings(spec, "spec"):
         if CONTROL.search(text):
             found.append(SpecError(path, text[:80], "contains a control character", "remove it"))
@@ -567,6 +568,91 @@ def _volume_errors(
                     "add the volume to spec.pod.volumes",
                 )
             )
+    return found
+
+
+# The HPA refuses a stabilization window over an hour.
+MAX_STABILIZATION_SECONDS = 3600
+MAX_GROUPS = 64
+
+
+def _autoscaling_errors(spec: KimiK3DeploymentSpec) -> list[SpecError]:
+    scaling = spec.autoscaling
+    if scaling is None:
+        return []
+    path = "spec.autoscaling"
+    found: list[SpecError] = []
+    if not 1 <= scaling.max_replicas <= MAX_GROUPS:
+        found.append(
+            SpecError(f"{path}.maxReplicas", scaling.max_replicas, f"must be 1 to {MAX_GROUPS}")
+        )
+    if not 0 <= scaling.min_replicas <= scaling.max_replicas:
+        found.append(
+            SpecError(
+                f"{path}.minReplicas",
+                scaling.min_replicas,
+                f"must be between 0 and maxReplicas ({scaling.max_replicas})",
+            )
+        )
+    if scaling.min_replicas == 0 and not (scaling.scale_to_zero and spec.model.cache):
+        found.append(
+            SpecError(
+                f"{path}.minReplicas",
+                0,
+                "scales to zero only with scaleToZero: true and spec.model.cache: the first "
+                "request after it waits a whole start-up (weights read from the cache)",
+                "set minReplicas: 1, or set both scaleToZero: true and spec.model.cache",
+            )
+        )
+    if scaling.scale_to_zero and scaling.min_replicas != 0:
+        found.append(
+            SpecError(
+                f"{path}.scaleToZero",
+                True,
+                f"needs minReplicas: 0 (it is {scaling.min_replicas})",
+                "set minReplicas: 0, or remove scaleToZero",
+            )
+        )
+    target = scaling.target
+    if not 1 <= target.waiting_requests_per_group <= 100_000:
+        found.append(
+            SpecError(
+                f"{path}.target.waitingRequestsPerGroup",
+                target.waiting_requests_per_group,
+                "must be 1 to 100000",
+            )
+        )
+    usage = target.kv_cache_usage
+    if usage is not None and not 0 < usage <= 1:
+        found.append(
+            SpecError(
+                f"{path}.target.kvCacheUsage",
+                usage,
+                "is a fraction of the KV cache: more than 0, at most 1",
+                "0.8 adds a group when the groups' KV caches are 80 % full on average",
+            )
+        )
+    behavior = scaling.behavior
+    for name, value in (
+        ("scaleUpStabilizationSeconds", behavior.scale_up_stabilization_seconds),
+        ("scaleDownStabilizationSeconds", behavior.scale_down_stabilization_seconds),
+    ):
+        if value is not None and not 0 <= value <= MAX_STABILIZATION_SECONDS:
+            found.append(
+                SpecError(
+                    f"{path}.behavior.{name}",
+                    value,
+                    f"must be 0 to {MAX_STABILIZATION_SECONDS} (the HPA's limit)",
+                )
+            )
+    if not 5 <= behavior.polling_interval_seconds <= 3600:
+        found.append(
+            SpecError(
+                f"{path}.behavior.pollingIntervalSeconds",
+                behavior.polling_interval_seconds,
+                "must be 5 to 3600",
+            )
+        )
     return found
 
 

@@ -16,13 +16,18 @@ from kimik3_operator.builders.model_cache import (
 )
 from kimik3_operator.builders.podmonitor import build_pod_monitor, wants_pod_monitor
 from kimik3_operator.builders.preflight_job import build_probe_config_map, build_probe_job
+from kimik3_operator.builders.scaled_object import (
+    DEFAULT_PROMETHEUS_URL,
+    Bounds,
+    build_scaled_object,
+)
 from kimik3_operator.builders.service import build_service
 
 # probe: the image probe's ConfigMap and Job; cache: the model cache's claim (unless the
 # user names one), the download script's ConfigMap and the download Job; groups: the
-# LeaderWorkerSet; serving: its Service and PodMonitor.
-Part = Literal["probe", "cache", "groups", "serving"]
-ALL_PARTS: tuple[Part, ...] = ("probe", "cache", "groups", "serving")
+# LeaderWorkerSet; serving: its Service and PodMonitor; scaling: KEDA's ScaledObject.
+Part = Literal["probe", "cache", "groups", "serving", "scaling"]
+ALL_PARTS: tuple[Part, ...] = ("probe", "cache", "groups", "serving", "scaling")
 
 
 def desired_children(
@@ -35,6 +40,8 @@ def desired_children(
     rollout: Rollout = NO_ROLLOUT,
     pod_monitor_labels: Mapping[str, str] | None = None,
     admission_held: bool = False,
+    scaling: Bounds | None = None,
+    prometheus_url: str = DEFAULT_PROMETHEUS_URL,
 ) -> list[dict[str, Any]]:
     children: list[dict[str, Any]] = []
     if "probe" in parts and spec.preflight.mode != "Disabled" and spec.preflight.probe:
@@ -56,4 +63,8 @@ def desired_children(
         children.append(build_service(spec, owner))
         if wants_pod_monitor(spec) and pod_monitor_available:
             children.append(build_pod_monitor(spec, owner, pod_monitor_labels))
+    if "scaling" in parts and spec.autoscaling is not None:
+        children.append(
+            build_scaled_object(spec, owner, scaling, prometheus_url, weight_bytes=weight_bytes)
+        )
     return [with_spec_hash(child) for child in children]

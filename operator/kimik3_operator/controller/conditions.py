@@ -17,7 +17,9 @@ highest, so where two hold, the higher one's word stands:
 | 9 | pods | the LeaderWorkerSet's groups, as the pods and the GPU ledger show them |
 
 Then the conditions that never block are added: CapabilitiesVerified and DrafterPaired,
-ModelCached, Admitted, SpeculationEffective, InterNodeFabric and CanaryVerified.
+ModelCached, Admitted, SpeculationEffective, InterNodeFabric, CanaryVerified and Autoscaling
+(which says what holds or limits KEDA; the groups it holds back are already out of the
+replicas the stages above judge).
 """
 
 from __future__ import annotations
@@ -62,6 +64,7 @@ class Findings:
     canary: Condition | None = None
     speculation: Condition | None = None
     queue: QueueState | None = None
+    autoscaling: Condition | None = None
 
 
 Stage = Callable[[Findings, Observation], Observation]
@@ -209,6 +212,7 @@ def final_conditions(found: Findings) -> Observation:
         found.speculation,
         fabric_condition(found.spec) if found.spec is not None else None,
         found.canary,
+        found.autoscaling,
     )
     return dataclasses.replace(
         observation,

@@ -22,11 +22,13 @@ from kimik3_operator.builders.model_cache import (
     cache_key,
 )
 from kimik3_operator.builders.preflight_job import probe_key
+from kimik3_operator.builders.scaled_object import Bounds
 from kimik3_operator.controller.admission import predict
+from kimik3_operator.controller.autoscaling import ScalingInput, ScalingPlan, scaling_plan
 from kimik3_operator.controller.conditions import Findings, final_conditions
 from kimik3_operator.controller.drift import needs_apply
 from kimik3_operator.controller.rollout import RolloutStep, rollout_step
-from kimik3_operator.controller.snapshot import LWS_API, PODMONITOR_API, Ref, Snapshot
+from kimik3_operator.controller.snapshot import KEDA_API, LWS_API, PODMONITOR_API, Ref, Snapshot
 from kimik3_operator.controller.status import (
     RolloutStatus,
     StatusParts,
@@ -35,6 +37,7 @@ from kimik3_operator.controller.status import (
     status_delta,
 )
 from kimik3_operator.kube import KubeError, Obj
+from kimik3_operator.observation.canary import CANARY
 from kimik3_operator.observation.crashes import failure_budget, parked_message, startup_failures
 from kimik3_operator.observation.kueue import held_by_operator, queue_state
 from kimik3_operator.observation.model_cache import (
@@ -57,6 +60,7 @@ PROBE: tuple[Part, ...] = ("probe",)
 CACHE: tuple[Part, ...] = ("cache",)
 SERVING: tuple[Part, ...] = ("serving",)
 GROUPS_AND_SERVING: tuple[Part, ...] = ("groups", "serving")
+SCALING: tuple[Part, ...] = ("scaling",)
 
 
 @dataclass(frozen=True)
@@ -179,6 +183,12 @@ def decide(snap: Snapshot) -> Decision:
     rollout: RolloutStep | None = None
     lws_ref: Ref = (LWS_API, "LeaderWorkerSet", names.leader_worker_set(snap.owner.name))
     held = _admission_held(snap, spec, gate, snap.get(lws_ref))
+    numbers, speculation = speculation_update(spec, snap.status, snap.readings.acceptance)
+    scaling = _scaling(snap, spec, gate, parked, speculation, snap.get(lws_ref))
+    asked = spec
+    if scaling is not None:
+        # From here on the spec asks for the groups accepted of those KEDA wants.
+        spec = dataclasses.replace(spec, replicas=scaling.replicas)
     # A spec that names a queue while Kueue is absent would run unqueued: nothing is made.
     queue_missing = spec.queued and not snap.kueue_installed
     if snap.lws_installed and not queue_missing and (gate.deploy or held):
@@ -187,6 +197,7 @@ def decide(snap: Snapshot) -> Decision:
     if gate.failed and held_by_operator(snap.get(lws_ref)):
         # A refused spec never waits in a queue: the groups held for it go.
         plan.delete_owned(lws_ref)
+    _autoscaler(snap, asked, scaling, gate, cache, plan)
     unread = plan.unread()
     conflicts = plan.conflicts()
     if conflicts:
@@ -203,7 +214,6 @@ def decide(snap: Snapshot) -> Decision:
         name=snap.owner.name,
         gone_nodes=snap.gone_nodes,
     )
-    numbers, speculation = speculation_update(spec, snap.status, snap.readings.acceptance)
     settled = rollout is None or rollout.settled
     if cache is not None and snap.lws_installed and gate.deploy and settled:
         cache = _collect_old_revisions(snap, spec, cache, pods, plan)
@@ -219,6 +229,7 @@ def decide(snap: Snapshot) -> Decision:
         canary=rollout.plan.condition if rollout is not None else None,
         speculation=speculation,
         queue=queue,
+        autoscaling=scaling.condition if scaling is not None else None,
     )
     final = final_conditions(found)
     parts = StatusParts(
@@ -233,6 +244,7 @@ def decide(snap: Snapshot) -> Decision:
         if rollout is not None
         else RolloutStatus(snap.status.get("rollout")),
         queue=queue,
+        autoscaling=scaling.section() if scaling is not None else None,
     )
     decision = _finish(snap, [*housekeeping, *plan.writes], notices, found, parts, final=final)
     return dataclasses.replace(
@@ -408,6 +420,112 @@ def _admission_held(
     if gate.deploy or gate.failed:
         return False
     return live is None or held_by_operator(live)
+
+
+def _scaling(
+    snap: Snapshot,
+    spec: KimiK3DeploymentSpec,
+    gate: Gate,
+    parked: bool,
+    speculation: Condition | None,
+    live_lws: Obj | None,
+) -> ScalingPlan | None:
+    """spec.autoscaling against what the reconcile found (None without it)."""
+    if spec.autoscaling is None:
+        return None
+    live = int(((live_lws or {}).get("spec") or {}).get("replicas") or 0) if live_lws else 0
+    ready = int(((live_lws or {}).get("status") or {}).get("readyReplicas") or 0)
+    collapsed = _acceptance_collapsed(snap, speculation)
+    phase = (snap.status.get("rollout") or {}).get("phase")
+    gpus = snap.gpus
+    # The groups' pods not yet on a node, made or still to be made: the ledger counts their
+    # GPUs as free.
+    bound = sum(
+        1
+        for pod in snap.pods
+        if (pod.get("spec") or {}).get("nodeName")
+        and ((pod.get("metadata") or {}).get("labels") or {}).get(c.LABEL_COMPONENT)
+        in (c.COMPONENT_LEADER, c.COMPONENT_WORKER)
+        and not (pod.get("metadata") or {}).get("deletionTimestamp")
+    )
+    unbound = max(0, live * spec.nodes_per_replica - bound)
+    found = ScalingInput(
+        live_replicas=live,
+        ready_replicas=min(ready, live),
+        keda_installed=snap.keda_installed,
+        preflight_passed=gate.deploy and not gate.failed,
+        parked=parked,
+        canary_judged=phase == CANARY,
+        acceptance_collapsed=collapsed is not None,
+        acceptance_message=collapsed or "",
+        pods_that_fit=gpus.pods_that_fit if gpus is not None else None,
+        free_gpus=gpus.free if gpus is not None else None,
+        unbound_pods=unbound,
+    )
+    return scaling_plan(spec, found)
+
+
+def _acceptance_collapsed(snap: Snapshot, update: Condition | None) -> str | None:
+    """SpeculationEffective's message while it says the acceptance fell below the minimum
+    (the new reading's word, else the stored one)."""
+    if update is not None:
+        current: Mapping[str, Any] = {
+            "status": update.status,
+            "reason": str(update.reason),
+            "message": update.message,
+        }
+    else:
+        stored = snap.status.get("conditions") or []
+        current = next(
+            (
+                cond
+                for cond in stored
+                if isinstance(cond, Mapping)
+                and cond.get("type") == ConditionType.SPECULATION_EFFECTIVE
+            ),
+            {},
+        )
+    if (
+        current.get("status") == "False"
+        and current.get("reason") == Reason.ACCEPTANCE_BELOW_MINIMUM
+    ):
+        return str(current.get("message") or "")[:300]
+    return None
+
+
+def _autoscaler(
+    snap: Snapshot,
+    spec: KimiK3DeploymentSpec,
+    scaling: ScalingPlan | None,
+    gate: Gate,
+    cache: CacheState | None,
+    plan: _Plan,
+) -> None:
+    """The ScaledObject as decided, or none once spec.autoscaling is gone. A spec that has
+    never passed the preflight gets none (nothing is made for it); one that exists is held."""
+    ref: Ref = (KEDA_API, "ScaledObject", names.scaled_object(snap.owner.name))
+    if scaling is None:
+        plan.delete_owned(ref)
+        return
+    if not snap.keda_installed or (snap.get(ref) is None and not gate.deploy):
+        return
+    bounds = Bounds(
+        scaling.min_replica_count,
+        scaling.max_replica_count,
+        scaling.pause_scale_out,
+        scaling.pause_scale_in,
+    )
+    weight_bytes = cache.bytes_total if cache is not None and cache.ready else None
+    plan.apply(
+        desired_children(
+            spec,
+            snap.owner,
+            parts=SCALING,
+            scaling=bounds,
+            prometheus_url=snap.prometheus_url,
+            weight_bytes=weight_bytes,
+        )
+    )
 
 
 def _failure_budget(snap: Snapshot, spec: KimiK3DeploymentSpec) -> dict[str, Any] | None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from kimik3_operator import metrics
+from kimik3_operator.api import constants as c
 from kimik3_operator.controller.act import ReconcileResult, act, write_status
 from kimik3_operator.controller.decide import Decision, decide, failed
 from kimik3_operator.controller.snapshot import (
@@ -65,6 +66,7 @@ def reconcile_for_runtime(
     pod_monitor_labels: Mapping[str, str],
     kueue_admission_gate: bool = False,
     service_accounts: tuple[str, ...] = (),
+    prometheus_url: str = c.DEFAULT_PROMETHEUS_URL,
 ) -> ReconcileResult:
     """``reconcile`` as the runtime's manager calls it (its Reconciler)."""
     context = Context(
@@ -74,5 +76,6 @@ def reconcile_for_runtime(
         pod_monitor_labels=pod_monitor_labels,
         kueue_admission_gate=kueue_admission_gate,
         service_accounts=service_accounts,
+        prometheus_url=prometheus_url,
     )
     return reconcile(kube, key, context)

@@ -33,6 +33,7 @@ Ref = tuple[str, str, str]
 LWS_API = f"{c.LWS_GROUP}/{c.LWS_VERSION}"
 PODMONITOR_API = f"{c.MONITORING_GROUP}/v1"
 KUEUE_API = f"{c.KUEUE_GROUP}/{c.KUEUE_VERSION}"
+KEDA_API = f"{c.KEDA_GROUP}/{c.KEDA_VERSION}"
 CRD_API = "apiextensions.k8s.io/v1"
 # What the snapshot reads by the owner index: the children besides the pods, and the claims.
 CHILD_KINDS: tuple[tuple[str, str], ...] = tuple(
@@ -46,7 +47,11 @@ class GpuCounter(Protocol):
     def has_node(self, name: str) -> bool: ...
 
     def counts(
-        self, resource: str, node_selector: Mapping[str, str], tolerations: Sequence[Any]
+        self,
+        resource: str,
+        node_selector: Mapping[str, str],
+        tolerations: Sequence[Any],
+        per_pod: int = 0,
     ) -> GpuCounts: ...
 
 
@@ -68,6 +73,8 @@ class Context:
     kueue_admission_gate: bool = False
     # The ServiceAccounts spec.pod.serviceAccountName may name.
     service_accounts: tuple[str, ...] = ()
+    # Where the ScaledObjects of spec.autoscaling ask Prometheus for the leaders' load.
+    prometheus_url: str = c.DEFAULT_PROMETHEUS_URL
 
 
 @dataclass(frozen=True)
@@ -89,6 +96,8 @@ class Snapshot:
     kueue_installed: bool = False
     kueue_admission_gate: bool = False
     service_accounts: tuple[str, ...] = ()
+    keda_installed: bool = False
+    prometheus_url: str = c.DEFAULT_PROMETHEUS_URL
     # Kueue's Workloads of the LeaderWorkerSet (read only for a spec that names a queue).
     workloads: tuple[Obj, ...] = ()
     pods: tuple[Obj, ...] = ()
@@ -152,10 +161,16 @@ def take_snapshot(kube: Kube, key: tuple[str, str], context: Context) -> Snapsho
         if node and ledger is not None and not ledger.has_node(node)
     )
     placement = spec.placement
-    # The ledger is summed only for a pod the scheduler turned away for want of GPUs.
+    # The ledger is summed only for a pod the scheduler turned away for want of GPUs, and
+    # for the groups autoscaling may add.
     gpus = (
-        ledger.counts(placement.gpu_resource, placement.node_selector, placement.tolerations)
-        if ledger is not None and wants_gpu_counts(pods, spec)
+        ledger.counts(
+            placement.gpu_resource,
+            placement.node_selector,
+            placement.tolerations,
+            per_pod=spec.gpus_per_pod,
+        )
+        if ledger is not None and (spec.autoscaled or wants_gpu_counts(pods, spec))
         else None
     )
     lws_installed = _crd_exists(kube, c.LWS_CRD)
@@ -165,9 +180,11 @@ def take_snapshot(kube: Kube, key: tuple[str, str], context: Context) -> Snapsho
         for api_version, kind in CHILD_KINDS
         if (kind != "LeaderWorkerSet" or lws_installed)
         and (kind != "PodMonitor" or pod_monitor_installed)
+        and (kind != "ScaledObject" or _crd_exists(kube, c.KEDA_SCALEDOBJECT_CRD))
     ]
     live = _children(kube, spec, owner, kinds)
     kueue_installed = spec.queued and _crd_exists(kube, c.KUEUE_WORKLOAD_CRD)
+    keda_installed = spec.autoscaled and _crd_exists(kube, c.KEDA_SCALEDOBJECT_CRD)
     lws = live.get((LWS_API, "LeaderWorkerSet", names.leader_worker_set(owner.name)))
     return dataclasses.replace(
         snap,
@@ -178,6 +195,8 @@ def take_snapshot(kube: Kube, key: tuple[str, str], context: Context) -> Snapsho
         kueue_installed=kueue_installed,
         kueue_admission_gate=context.kueue_admission_gate,
         service_accounts=context.service_accounts,
+        keda_installed=keda_installed,
+        prometheus_url=context.prometheus_url,
         workloads=_workloads(kube, spec, lws) if kueue_installed else (),
         pods=pods,
         live=live,

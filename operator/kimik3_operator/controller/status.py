@@ -63,6 +63,8 @@ class StatusParts:
     startup_failures: Mapping[str, Any] | None = None
     rollout: RolloutStatus | None = None
     queue: QueueState | None = None
+    # status.autoscaling (spec.autoscaling): what KEDA asks, what is made, what is held.
+    autoscaling: Mapping[str, Any] | None = None
 
 
 def desired_status(
@@ -113,6 +115,8 @@ def desired_status(
         status["rollout"] = dict(rollout.section)
     if parts.queue is not None:
         status["admission"] = admission_status(parts.queue)
+    if parts.autoscaling is not None:
+        status["autoscaling"] = dict(parts.autoscaling)
     if parts.gate is not None:
         status["capabilities"] = _keep_checked_at(
             current.get("capabilities") or {}, parts.gate.status

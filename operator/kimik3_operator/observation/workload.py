@@ -29,6 +29,8 @@ class GpuCounts:
     free: int = 0
     largest_free_on_one_node: int = 0
     nodes: int = 0
+    # Pods of the size asked for (``per_pod`` GPUs each) that the free GPUs can place.
+    pods_that_fit: int = 0
 
 
 @dataclass(frozen=True)

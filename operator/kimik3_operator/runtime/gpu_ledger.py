@@ -177,14 +177,16 @@ class GpuLedger:
         resource: str,
         node_selector: Mapping[str, str],
         tolerations: Iterable[Mapping[str, Any]] = (),
+        per_pod: int = 0,
     ) -> GpuCounts:
-        """GPUs on the nodes this placement could use: what the scheduler had to work with."""
+        """GPUs on the nodes this placement could use: what the scheduler had to work with;
+        with ``per_pod``, how many pods of that many GPUs the free ones can still place."""
         tolerated = list(tolerations)
         with self._lock:
             used: dict[str, int] = {}
             for bound_to, requests in self._pods.values():
                 used[bound_to] = used.get(bound_to, 0) + requests.get(resource, 0)
-            allocatable = free = largest = count = 0
+            allocatable = free = largest = count = fit = 0
             for node_name, gpus in self._nodes.items():
                 amount = gpus.allocatable.get(resource, 0)
                 if not gpus.schedulable or amount == 0:
@@ -198,4 +200,5 @@ class GpuLedger:
                 left = max(0, amount - used.get(node_name, 0))
                 free += left
                 largest = max(largest, left)
-        return GpuCounts(allocatable, free, largest, count)
+                fit += left // per_pod if per_pod > 0 else 0
+        return GpuCounts(allocatable, free, largest, count, fit)

@@ -51,6 +51,7 @@ WATCHED_CRDS = {
     c.LWS_CRD: "LeaderWorkerSet",
     c.PODMONITOR_CRD: "PodMonitor",
     c.KUEUE_WORKLOAD_CRD: "Workload",
+    c.KEDA_SCALEDOBJECT_CRD: "ScaledObject",
 }
 
 
@@ -76,6 +77,7 @@ class Reconciler(Protocol):
         pod_monitor_labels: Mapping[str, str],
         kueue_admission_gate: bool,
         service_accounts: tuple[str, ...],
+        prometheus_url: str,
     ) -> object: ...
 
 
@@ -303,6 +305,7 @@ class Manager:
                 pod_monitor_labels=dict(self.settings.pod_monitor_labels),
                 kueue_admission_gate=self.settings.kueue_admission_gate,
                 service_accounts=self.settings.service_accounts,
+                prometheus_url=self.settings.prometheus_url,
             )
         except Exception as exc:
             delay = self.queue.add_after_failure(key)
