@@ -50,6 +50,19 @@ def resource(**spec: Any) -> dict[str, Any]:
             {"scheduling": {"queueName": "q", "topology": {"required": "a", "preferred": "b"}}},
             "spec.scheduling.topology: Invalid value: scheduling.topology takes exactly one of",
         ),
+        (
+            {"autoscaling": {"maxReplicas": 2, "minReplicas": 3}},
+            "spec.autoscaling.minReplicas: Invalid value: autoscaling.minReplicas must be at most",
+        ),
+        (
+            {"autoscaling": {"maxReplicas": 2, "minReplicas": 0, "scaleToZero": True}},
+            "spec.autoscaling.minReplicas: Invalid value: autoscaling.minReplicas: 0 needs "
+            "spec.model.cache",
+        ),
+        (
+            {"autoscaling": {"maxReplicas": 2, "scaleToZero": True}},
+            "spec.autoscaling.scaleToZero: Invalid value: autoscaling.scaleToZero needs",
+        ),
     ],
 )
 def test_a_broken_rule_is_said_with_its_field_and_message(spec: dict[str, Any], said: str) -> None:
