@@ -34,6 +34,12 @@ from kimik3_operator.builders.model_cache import CACHE_MOUNT, HUB_CACHE, cache_c
 CONTAINER_NAME = "vllm"
 
 
+# A pod stopped (a group removed by a scale-down, a rollout) drains its requests for up to
+# DRAIN_SECONDS, then vLLM has the rest of the grace period to stop.
+GRACE_SECONDS = 120
+DRAIN_SECONDS = 90
+
+
 @cache
 def _launch_script() -> str:
     """Read once: every build of a LeaderWorkerSet, at every reconcile, quotes it."""
@@ -208,6 +214,18 @@ def _pod_template(
         # The last lines of a crash land in the pod's status, where the operator reads them.
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
+    # A stop waits for the leader's requests to finish (programs/launch.py), within the
+    # grace period less the engine's own teardown.
+    leader_metrics = "127.0.0.1" if role == "leader" else "{leader}"
+    # (spec.engine.env, after these, may change the drain.)
+    container["env"] = [
+        {
+            "name": "KIMIK3_DRAIN_URL",
+            "value": f"http://{leader_metrics}:{spec.service.port}/metrics",
+        },
+        {"name": "KIMIK3_DRAIN_SECONDS", "value": str(DRAIN_SECONDS)},
+        *container["env"],
+    ]
     if role == "leader":
         container["ports"] = [
             {"name": PORT_NAME, "containerPort": spec.service.port, "protocol": "TCP"}
@@ -217,8 +235,8 @@ def _pod_template(
         {
             "containers": [container],
             "volumes": _volumes(spec, owner),
-            # Shard loading and NCCL teardown take a while; do not cut them short.
-            "terminationGracePeriodSeconds": 120,
+            # The drain, then shard and NCCL teardown: do not cut them short.
+            "terminationGracePeriodSeconds": GRACE_SECONDS,
         },
         serving_run_as(spec),
         SERVING_TMP_SIZE,

@@ -578,3 +578,18 @@ def test_a_pod_volume_that_would_meet_the_operators_is_refused(
     with pytest.raises(SpecError) as refused:
         spec_of(pod=pod)
     assert refused.value.path == field
+
+
+def test_a_stopped_pod_drains_its_groups_requests_first() -> None:
+    spec = spec_of(parallelism={"tensor": 16})
+    template = lws_of(spec)["spec"]["leaderWorkerTemplate"]
+    leader = container(template["leaderTemplate"])
+    worker = container(template["workerTemplate"])
+    env = {e["name"]: e.get("value") for e in leader["env"]}
+    assert env["KIMIK3_DRAIN_URL"] == "http://127.0.0.1:8000/metrics"
+    # A worker's shard serves its leader's requests: it waits on the leader.
+    worker_env = {e["name"]: e.get("value") for e in worker["env"]}
+    assert worker_env["KIMIK3_DRAIN_URL"] == "http://{leader}:8000/metrics"
+    drain = int(env["KIMIK3_DRAIN_SECONDS"])
+    grace = template["leaderTemplate"]["spec"]["terminationGracePeriodSeconds"]
+    assert 0 < drain < grace
