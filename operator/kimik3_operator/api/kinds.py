@@ -43,6 +43,8 @@ KINDS: Final[dict[str, Kind]] = {
         Kind("CustomResourceDefinition", "apiextensions.k8s.io/v1", "customresourcedefinitions"),
         Kind("Lease", "coordination.k8s.io/v1", "leases"),
         Kind("Workload", f"{c.KUEUE_GROUP}/{c.KUEUE_VERSION}", "workloads"),
+        Kind("LocalQueue", f"{c.KUEUE_GROUP}/{c.KUEUE_VERSION}", "localqueues"),
+        Kind("ClusterQueue", f"{c.KUEUE_GROUP}/{c.KUEUE_VERSION}", "clusterqueues"),
     )
 }
 # A KimiK3Deployment's children, each watched with the managed-by label selector.

@@ -44,6 +44,10 @@ class ScalingInput:
     # Pods of this deployment's groups not yet bound to a node (made or still to be made):
     # the room above still counts their GPUs as free.
     unbound_pods: int = 0
+    # With spec.scheduling: the GPUs left in the ClusterQueue's quota, and this deployment's
+    # groups that hold none of it yet (None: no queue, or its quota unread).
+    quota_free_gpus: int | None = None
+    unadmitted_groups: int = 0
 
 
 @dataclass(frozen=True)
@@ -96,11 +100,19 @@ def _holds(found: ScalingInput) -> tuple[Reason | None, Reason | None, str]:
     return None, None, ""
 
 
-def _room(spec: KimiK3DeploymentSpec, found: ScalingInput) -> int | None:
-    """Whole groups the free GPUs can still place; None without a ledger."""
-    if found.pods_that_fit is None:
-        return None
-    return max(0, found.pods_that_fit - found.unbound_pods) // spec.nodes_per_replica
+def _room(spec: KimiK3DeploymentSpec, found: ScalingInput) -> tuple[int | None, Reason]:
+    """Whole groups the free GPUs (and the queue's quota) can still place, and which of the
+    two is the tighter; None without a ledger or a quota."""
+    rooms: list[tuple[int, Reason]] = []
+    if found.pods_that_fit is not None:
+        nodes = max(0, found.pods_that_fit - found.unbound_pods) // spec.nodes_per_replica
+        rooms.append((nodes, Reason.CLAMPED_BY_GPUS))
+    if found.quota_free_gpus is not None:
+        left = found.quota_free_gpus - found.unadmitted_groups * spec.gpus_per_replica
+        rooms.append((max(0, left) // spec.gpus_per_replica, Reason.CLAMPED_BY_QUOTA))
+    if not rooms:
+        return None, Reason.CLAMPED_BY_GPUS
+    return min(rooms)
 
 
 def scaling_plan(spec: KimiK3DeploymentSpec, found: ScalingInput) -> ScalingPlan:
@@ -112,7 +124,7 @@ def scaling_plan(spec: KimiK3DeploymentSpec, found: ScalingInput) -> ScalingPlan
     out_held, in_held, why = _holds(found)
     # minReplicas are made whatever the load; above them, only what may and can be placed.
     base = max(live, min(desired, scaling.min_replicas))
-    room = _room(spec, found)
+    room, limit = _room(spec, found)
     accepted = desired
     clamped = False
     if desired > base:
@@ -122,7 +134,9 @@ def scaling_plan(spec: KimiK3DeploymentSpec, found: ScalingInput) -> ScalingPlan
             accepted, clamped = base + room, True
     elif desired < live and in_held is not None:
         accepted = live
-    condition = _condition(spec, found, out_held or in_held, why, desired, accepted, clamped)
+    condition = _condition(
+        spec, found, out_held or in_held, why, desired, accepted, limit if clamped else None
+    )
     return ScalingPlan(
         replicas=accepted,
         min_replica_count=scaling.min_replicas,
@@ -142,7 +156,7 @@ def _condition(
     why: str,
     desired: int,
     accepted: int,
-    clamped: bool,
+    clamped: Reason | None,
 ) -> Condition:
     kind = ConditionType.AUTOSCALING
     if not found.keda_installed:
@@ -156,7 +170,17 @@ def _condition(
         )
     if held is not None:
         return Condition(kind, "False", held, f"scaling held: {why}")
-    if clamped:
+    if clamped == Reason.CLAMPED_BY_QUOTA:
+        return Condition(
+            kind,
+            "False",
+            Reason.CLAMPED_BY_QUOTA,
+            f"KEDA asks for {desired} group(s); {accepted} are made: the ClusterQueue of "
+            f"LocalQueue {spec.scheduling.queue_name} has {found.quota_free_gpus} GPU(s) of "
+            f"quota left and each group needs {spec.gpus_per_replica}, so no group is "
+            "created to wait in the queue. More are made as quota frees up",
+        )
+    if clamped is not None:
         per_group = spec.gpus_per_replica
         return Condition(
             kind,

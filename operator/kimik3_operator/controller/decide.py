@@ -39,7 +39,7 @@ from kimik3_operator.controller.status import (
 from kimik3_operator.kube import KubeError, Obj
 from kimik3_operator.observation.canary import CANARY
 from kimik3_operator.observation.crashes import failure_budget, parked_message, startup_failures
-from kimik3_operator.observation.kueue import held_by_operator, queue_state
+from kimik3_operator.observation.kueue import admitted_groups, held_by_operator, queue_state
 from kimik3_operator.observation.model_cache import (
     CacheState,
     cache_state,
@@ -461,6 +461,8 @@ def _scaling(
         pods_that_fit=gpus.pods_that_fit if gpus is not None else None,
         free_gpus=gpus.free if gpus is not None else None,
         unbound_pods=unbound,
+        quota_free_gpus=snap.quota_free_gpus,
+        unadmitted_groups=max(0, live - admitted_groups(snap.workloads)),
     )
     return scaling_plan(spec, found)
 

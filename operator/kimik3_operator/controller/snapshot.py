@@ -22,8 +22,8 @@ from kimik3_operator.api.spec import KimiK3DeploymentSpec
 from kimik3_operator.api.types import SpecError
 from kimik3_operator.builders.common import Owner
 from kimik3_operator.builders.model_cache import cache_claim_name
-from kimik3_operator.kube import Kube, Obj, namespace_labels_from_server
-from kimik3_operator.observation.kueue import read_limit
+from kimik3_operator.kube import Kube, KubeError, Obj, namespace_labels_from_server
+from kimik3_operator.observation.kueue import quota_free, read_limit
 from kimik3_operator.observation.readings import Readings
 from kimik3_operator.observation.status_input import with_readable_status
 from kimik3_operator.observation.workload import GpuCounts, wants_gpu_counts
@@ -100,6 +100,8 @@ class Snapshot:
     prometheus_url: str = c.DEFAULT_PROMETHEUS_URL
     # Kueue's Workloads of the LeaderWorkerSet (read only for a spec that names a queue).
     workloads: tuple[Obj, ...] = ()
+    # The GPUs left in the quota of the queue's ClusterQueue (autoscaled and queued only).
+    quota_free_gpus: int | None = None
     pods: tuple[Obj, ...] = ()
     live: Mapping[Ref, Obj] = field(default_factory=dict)
     # Names asked of the API server and absent there too.
@@ -198,6 +200,9 @@ def take_snapshot(kube: Kube, key: tuple[str, str], context: Context) -> Snapsho
         keda_installed=keda_installed,
         prometheus_url=context.prometheus_url,
         workloads=_workloads(kube, spec, lws) if kueue_installed else (),
+        quota_free_gpus=_quota(kube, spec, namespace)
+        if kueue_installed and spec.autoscaled
+        else None,
         pods=pods,
         live=live,
         gpus=gpus,
@@ -216,6 +221,22 @@ def _workloads(kube: Kube, spec: KimiK3DeploymentSpec, lws: Obj | None) -> tuple
         KUEUE_API, "Workload", str(meta.get("namespace")), selector, read_limit(spec)
     )
     return tuple(found)
+
+
+def _quota(kube: Kube, spec: KimiK3DeploymentSpec, namespace: str) -> int | None:
+    """The free GPUs of the ClusterQueue behind the spec's LocalQueue: two reads from the API
+    server, for autoscaled queued specs only; None where either cannot be read."""
+    try:
+        local = kube.get_from_server(
+            KUEUE_API, "LocalQueue", str(spec.scheduling.queue_name), namespace
+        )
+        name = str(((local or {}).get("spec") or {}).get("clusterQueue") or "")
+        if not name:
+            return None
+        cluster_queue = kube.get_from_server(KUEUE_API, "ClusterQueue", name)
+    except KubeError:
+        return None
+    return quota_free(cluster_queue, spec.placement.gpu_resource)
 
 
 def with_server_reads(kube: Kube, snap: Snapshot, refs: Iterable[Ref]) -> Snapshot:

@@ -238,3 +238,48 @@ def admission_status(state: QueueState) -> dict[str, Any]:
     if state.cluster_queue:
         section["clusterQueue"] = state.cluster_queue
     return section
+
+
+def _whole(value: Any) -> int | None:
+    """A count of devices as Kueue writes a quantity (an integer, or its string)."""
+    try:
+        return int(str(value))
+    except ValueError:
+        return None
+
+
+def quota_free(cluster_queue: Obj | None, resource: str) -> int | None:
+    """Of ``resource``, the ClusterQueue's nominal quota (every flavor) less what its
+    Workloads have reserved; None when the queue says nothing of it. Borrowing from a
+    cohort is not counted: a group is made only where its own queue's quota has room."""
+    if cluster_queue is None:
+        return None
+    nominal = 0
+    named = False
+    for group in (cluster_queue.get("spec") or {}).get("resourceGroups") or []:
+        for flavor in (group or {}).get("flavors") or []:
+            for entry in (flavor or {}).get("resources") or []:
+                if isinstance(entry, Mapping) and entry.get("name") == resource:
+                    amount = _whole(entry.get("nominalQuota", 0))
+                    if amount is None:
+                        return None
+                    nominal += amount
+                    named = True
+    if not named:
+        return None
+    reserved = 0
+    for flavor in (cluster_queue.get("status") or {}).get("flavorsReservation") or []:
+        for entry in (flavor or {}).get("resources") or []:
+            if isinstance(entry, Mapping) and entry.get("name") == resource:
+                reserved += _whole(entry.get("total", 0)) or 0
+    return max(0, nominal - reserved)
+
+
+def admitted_groups(workloads: Sequence[Obj]) -> int:
+    """Groups whose Workload holds quota (reserved or admitted)."""
+    return sum(
+        1
+        for workload in workloads
+        if (found := group_admission(workload)) is not None
+        and found.state in ("Admitted", "QuotaReserved")
+    )

@@ -18,6 +18,7 @@ from kimik3_operator.builders.common import Owner
 from kimik3_operator.builders.health_checks import startup_budget_seconds
 from kimik3_operator.controller.decide import decide
 from kimik3_operator.controller.snapshot import KEDA_API, Ref
+from kimik3_operator.observation.kueue import quota_free
 from kimik3_operator.observation.workload import GpuCounts
 from kimik3_operator.status_view import render_status
 
@@ -310,3 +311,58 @@ def test_scale_to_zero_is_taken_with_a_cache_and_the_opt_in() -> None:
         }
     )
     assert parsed.autoscaling is not None and parsed.autoscaling.min_replicas == 0
+
+
+def cluster_queue(nominal: int, reserved: int) -> dict[str, Any]:
+    return {
+        "spec": {
+            "resourceGroups": [
+                {
+                    "flavors": [
+                        {
+                            "name": "a",
+                            "resources": [{"name": "nvidia.com/gpu", "nominalQuota": nominal}],
+                        }
+                    ]
+                }
+            ]
+        },
+        "status": {
+            "flavorsReservation": [
+                {"name": "a", "resources": [{"name": "nvidia.com/gpu", "total": str(reserved)}]}
+            ]
+        },
+    }
+
+
+def test_the_quota_left_is_the_nominal_less_what_is_reserved() -> None:
+    assert quota_free(cluster_queue(32, 8), "nvidia.com/gpu") == 24
+    assert quota_free(cluster_queue(32, 40), "nvidia.com/gpu") == 0
+    assert quota_free(cluster_queue(32, 8), "amd.com/gpu") is None
+    assert quota_free(None, "nvidia.com/gpu") is None
+
+
+def test_a_queued_scale_up_is_clamped_to_the_quota_left() -> None:
+    # Eight GPUs of quota left: one more 8-GPU group, although the nodes have room for three.
+    snap = snapshot(
+        {**AUTO, "replicas": 4, "scheduling": {"queueName": "gpus"}},
+        live={LWS: live_lws(1, 1)},
+        keda_installed=True,
+        kueue_installed=True,
+        gpus=ROOMY,
+        pods=tuple(bound_pods(1)),
+        quota_free_gpus=8,
+        workloads=(
+            {
+                "metadata": {
+                    "name": "w0",
+                    "labels": {},
+                    "annotations": {"kueue.x-k8s.io/component-workload-index": "0"},
+                },
+                "status": {"conditions": [{"type": "Admitted", "status": "True"}]},
+            },
+        ),
+    )
+    decision = decide(snap)
+    assert lws_replicas(decision) == 2
+    assert said(decision, "Autoscaling") == ("False", "ClampedByQuota")
