@@ -125,9 +125,10 @@ class Informer:
             extra = [("limit", str(self.page))] + ([("continue", token)] if token else [])
             with LIST_SLOTS:
                 response = self._request(self._query(extra), 60)
-                data, cut = decode.loads(response.read() or b"{}", self.object_hook)
                 if response.status == 404:
+                    # A group the API server does not serve answers in plain text.
                     raise NotServedError
+                data, cut = decode.loads(response.read() or b"{}", self.object_hook)
                 if response.status >= 400:
                     raise OSError(f"list {self.path}: {response.status} {data.get('message', '')}")
                 page = data.pop("items", None) or []

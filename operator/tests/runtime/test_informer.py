@@ -6,6 +6,7 @@ import json
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import pytest
 from scripted_api import FakeApi, Obj, Response, pod
 
 from kimik3_operator.runtime.informer import Informer
@@ -99,14 +100,21 @@ def test_a_failing_callback_is_skipped_and_the_watch_goes_on() -> None:
     assert api.lists == 1, "a handler's bug costs no list"
 
 
-def test_a_kind_that_is_not_served_is_empty_and_synced() -> None:
+@pytest.mark.parametrize(
+    "body",
+    [b'{"message": "not found"}', b"404 page not found\n"],
+    ids=["a Status", "a group the API server does not serve (plain text)"],
+)
+def test_a_kind_that_is_not_served_is_empty_and_synced(body: bytes) -> None:
     calls: list[str] = []
 
     class NotServed(FakeApi):
         def call_api(self, query: dict[str, str], _request_timeout: Any = None) -> Response:
             calls.append("watch" if "watch" in query else "list")
             self.idle.set()
-            return Response(404, {"message": "not found"})
+            answer = Response(404)
+            answer._body = body
+            return answer
 
     api = NotServed([], [])
     informer, _, synced = run(api)
