@@ -28,7 +28,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 
 from e2e.support.cluster import RUN, Cluster, OperatorProcess, condition, kimi, wait_for
 from e2e.support.keda import Keda
-from e2e.support.prometheus import Prometheus, start_prometheus
+from e2e.support.prometheus import Prometheus, chart_rules, operator_job, start_prometheus
 from e2e.support.vllm_exporter import FakeLeader, serve_text
 
 pytestmark = pytest.mark.kwok
@@ -117,6 +117,16 @@ def prometheus(load: tuple[Load, int]) -> Iterator[Prometheus]:
     yield found
     process.terminate()
     process.wait(timeout=30)
+
+
+def _alerting(prometheus: Prometheus, alert: str, namespace: str, name: str) -> bool:
+    try:
+        found = prometheus.query(alert)
+    except (AssertionError, OSError):
+        return False
+    return any(
+        s["metric"].get("namespace") == namespace and s["metric"].get("name") == name for s in found
+    )
 
 
 def _up(prometheus: Prometheus) -> bool:
@@ -293,6 +303,23 @@ def test_a_collapsed_drafter_holds_scale_out_under_the_same_queue(
         time.sleep(2)
     events = cluster.events(namespace, f"involvedObject.name={name},reason=HeldForAcceptance")
     assert events, "no event named the hold"
+    # The chart's alert, evaluated by a real Prometheus on the operator's own metrics: pending
+    # at once (it fires after the chart's 5 minutes, which the promtool test covers).
+    process, rules = start_prometheus(
+        RUN / "prometheus-autoscaling-rules",
+        [operator_job(scaling_operator.metrics_port)],
+        chart_rules(),
+    )
+    try:
+        alert = 'ALERTS{alertname="KimiK3AutoscalingHeldForAcceptance",alertstate="pending"}'
+        wait_for(
+            lambda: _alerting(rules, alert, namespace, name),
+            60,
+            "the held-for-acceptance alert pending",
+        )
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
 
     # Acceptance recovers: scaling resumes on the queue it held back.
     fleet.acceptance[(namespace, name)] = GOOD

@@ -13,6 +13,7 @@ import contextlib
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -312,3 +313,34 @@ def test_a_group_preempted_for_a_higher_priority_is_reported_and_not_charged(
         body = cluster.get("kk3d", "batch", namespace)
         assert (body or {}).get("status", {}).get("startupFailures", {}).get("count", 0) == 0
         assert condition(body, "Available")["status"] == "False"
+
+
+def test_an_autoscaled_queued_deployment_gets_only_the_groups_its_quota_admits(
+    cluster: Cluster,
+    kueue: Kueue,
+    namespace: str,
+    wait_condition: Callable[..., dict[str, Any]],
+) -> None:
+    """The quota is read from Kueue's own objects (the LocalQueue's ClusterQueue, its
+    reservations): with room for one group, a scale to three makes one and waits for quota
+    with no group created to sit in the queue. KEDA does not run in this module: the test
+    scales through the scale subresource as KEDA's HPA would, and the condition says KEDA is
+    absent while status.autoscaling carries the clamp."""
+    with queued_operator(cluster, namespace):
+        spec = {**QUEUED, "autoscaling": {"maxReplicas": 3}}
+        cluster.apply(kimi("scaled", **spec), namespace)
+        wait_condition("scaled", namespace, "Admitted", "True", "Admitted", 120)
+        cluster.kubectl("scale", "kk3d", "scaled", "-n", namespace, "--replicas=3")
+
+        def clamped() -> dict[str, Any] | None:
+            body = cluster.get("kk3d", "scaled", namespace) or {}
+            scaling = body.get("status", {}).get("autoscaling") or {}
+            return body if scaling.get("desiredReplicas") == 3 else None
+
+        body = wait_for(clamped, 60, "the scale to three seen")
+        assert body["status"]["autoscaling"]["acceptedReplicas"] == 1
+        assert condition(body, "Autoscaling")["reason"] == "KedaNotInstalled"
+        time.sleep(10)
+        lws = cluster.get("lws", "scaled", namespace) or {}
+        assert lws["spec"]["replicas"] == 1
+        assert len(workloads(cluster, namespace)) == 1, "no group made to wait in the queue"
