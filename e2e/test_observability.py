@@ -318,6 +318,7 @@ def test_alert_expressions_on_live_data(prometheus: Prometheus) -> None:
         "KimiK3DeploymentDegraded",
         "KimiK3PreflightFailed",
         "KimiK3CanaryRolledBack",
+        "KimiK3AutoscalingHeldForAcceptance",
         "KimiK3OperatorDown",
         "KimiK3OperatorNotLeading",
     }
@@ -342,6 +343,7 @@ def test_alert_expressions_on_live_data(prometheus: Prometheus) -> None:
         ("old", "TargetLacksEagle3")
     ]
     assert firing["KimiK3CanaryRolledBack"] == [], "k3's canary is still observed"
+    assert firing["KimiK3AutoscalingHeldForAcceptance"] == [], "no deployment is autoscaled"
 
 
 def test_alert_unit_tests_with_promtool(tmp_path: pathlib.Path) -> None:
