@@ -23,7 +23,7 @@ from kimik3_operator.api.types import SpecError
 from kimik3_operator.builders.common import Owner
 from kimik3_operator.builders.model_cache import cache_claim_name
 from kimik3_operator.kube import Kube, KubeError, Obj, namespace_labels_from_server
-from kimik3_operator.observation.kueue import quota_free, read_limit
+from kimik3_operator.observation.kueue import admitted_groups, quota_free, read_limit
 from kimik3_operator.observation.readings import Readings
 from kimik3_operator.observation.status_input import with_readable_status
 from kimik3_operator.observation.workload import GpuCounts, wants_gpu_counts
@@ -188,6 +188,7 @@ def take_snapshot(kube: Kube, key: tuple[str, str], context: Context) -> Snapsho
     kueue_installed = spec.queued and _crd_exists(kube, c.KUEUE_WORKLOAD_CRD)
     keda_installed = spec.autoscaled and _crd_exists(kube, c.KEDA_SCALEDOBJECT_CRD)
     lws = live.get((LWS_API, "LeaderWorkerSet", names.leader_worker_set(owner.name)))
+    workloads = _workloads(kube, spec, lws) if kueue_installed else ()
     return dataclasses.replace(
         snap,
         spec=spec,
@@ -199,8 +200,8 @@ def take_snapshot(kube: Kube, key: tuple[str, str], context: Context) -> Snapsho
         service_accounts=context.service_accounts,
         keda_installed=keda_installed,
         prometheus_url=context.prometheus_url,
-        workloads=_workloads(kube, spec, lws) if kueue_installed else (),
-        quota_free_gpus=_quota(kube, spec, namespace)
+        workloads=workloads,
+        quota_free_gpus=_quota(kube, spec, namespace, workloads)
         if kueue_installed and spec.autoscaled
         else None,
         pods=pods,
@@ -223,7 +224,9 @@ def _workloads(kube: Kube, spec: KimiK3DeploymentSpec, lws: Obj | None) -> tuple
     return tuple(found)
 
 
-def _quota(kube: Kube, spec: KimiK3DeploymentSpec, namespace: str) -> int | None:
+def _quota(
+    kube: Kube, spec: KimiK3DeploymentSpec, namespace: str, workloads: Sequence[Obj]
+) -> int | None:
     """The free GPUs of the ClusterQueue behind the spec's LocalQueue: two reads from the API
     server, for autoscaled queued specs only; None where either cannot be read."""
     try:
@@ -236,7 +239,8 @@ def _quota(kube: Kube, spec: KimiK3DeploymentSpec, namespace: str) -> int | None
         cluster_queue = kube.get_from_server(KUEUE_API, "ClusterQueue", name)
     except KubeError:
         return None
-    return quota_free(cluster_queue, spec.placement.gpu_resource)
+    held = admitted_groups(workloads) * spec.gpus_per_replica
+    return quota_free(cluster_queue, spec.placement.gpu_resource, held)
 
 
 def with_server_reads(kube: Kube, snap: Snapshot, refs: Iterable[Ref]) -> Snapshot:

@@ -248,10 +248,13 @@ def _whole(value: Any) -> int | None:
         return None
 
 
-def quota_free(cluster_queue: Obj | None, resource: str) -> int | None:
+def quota_free(cluster_queue: Obj | None, resource: str, held: int = 0) -> int | None:
     """Of ``resource``, the ClusterQueue's nominal quota (every flavor) less what its
-    Workloads have reserved; None when the queue says nothing of it. Borrowing from a
-    cohort is not counted: a group is made only where its own queue's quota has room."""
+    Workloads have reserved, and at least ``held`` (what this deployment's admitted groups
+    hold: Kueue writes the ClusterQueue's status after it admits a Workload, so a status
+    read just then has not counted it yet); None when the queue says nothing of it.
+    Borrowing from a cohort is not counted: a group is made only where its own queue's quota
+    has room."""
     if cluster_queue is None:
         return None
     nominal = 0
@@ -272,7 +275,7 @@ def quota_free(cluster_queue: Obj | None, resource: str) -> int | None:
         for entry in (flavor or {}).get("resources") or []:
             if isinstance(entry, Mapping) and entry.get("name") == resource:
                 reserved += _whole(entry.get("total", 0)) or 0
-    return max(0, nominal - reserved)
+    return max(0, nominal - max(reserved, held))
 
 
 def admitted_groups(workloads: Sequence[Obj]) -> int:

@@ -366,3 +366,10 @@ def test_a_queued_scale_up_is_clamped_to_the_quota_left() -> None:
     decision = decide(snap)
     assert lws_replicas(decision) == 2
     assert said(decision, "Autoscaling") == ("False", "ClampedByQuota")
+
+
+def test_a_reservation_the_cluster_queue_has_not_counted_yet_is_counted() -> None:
+    # Kueue admitted this deployment's group (16 GPUs) and has not yet written it into the
+    # ClusterQueue's status: the quota left is still 0, not 16.
+    assert quota_free(cluster_queue(16, 0), "nvidia.com/gpu", held=16) == 0
+    assert quota_free(cluster_queue(32, 24), "nvidia.com/gpu", held=16) == 8
