@@ -97,6 +97,18 @@ build_others() {
     mv "$out/adapter" "$keda_dir/keda-adapter"
     rm -rf "$out"
   fi
+  if [[ ! -x "$epp_dir/epp" || ! -x "$epp_dir/epp-gateway" ]]; then
+    echo "building epp (sigs.k8s.io/gateway-api-inference-extension ${EPP_VERSION}) and epp-gateway" >&2
+    local built
+    built="$(mktemp -d)"
+    # One build: the stand-in gateway shares the picker's Envoy protos and gRPC.
+    (cd "$here/epp" && go build -trimpath -ldflags "-s -w" -o "$built/" \
+      sigs.k8s.io/gateway-api-inference-extension/cmd/epp ./gateway)
+    mkdir -p "$epp_dir"
+    mv "$built/epp" "$epp_dir/epp"
+    mv "$built/gateway" "$epp_dir/epp-gateway"
+    rm -rf "$built"
+  fi
   if [[ ! -x "$promop_dir/prometheus-operator" ]]; then
     echo "building prometheus-operator (cmd/operator ${PROMETHEUS_OPERATOR_VERSION})" >&2
     mkdir -p "$promop_dir"
@@ -119,8 +131,8 @@ failed=0
 wait "$k8s_pid" || failed=1
 wait "$others_pid" || failed=1
 ((failed == 0)) || { echo "cluster tools: a build failed (above)" >&2; exit 1; }
-for dir in "$k8s_dir" "$kwok_dir" "$helm_dir" "$lws_dir" "$kueue_dir" "$keda_dir" "$kube_score_dir" \
-  "$promop_dir"; do
+for dir in "$k8s_dir" "$kwok_dir" "$helm_dir" "$lws_dir" "$kueue_dir" "$keda_dir" "$epp_dir" \
+  "$kube_score_dir" "$promop_dir"; do
   ln -f "$dir"/* "$bin/"
 done
 
@@ -144,6 +156,14 @@ keda_module="$(cd "$here/keda" && go mod download -json "github.com/kedacore/ked
 mkdir -p "$manifests/keda"
 cp "$keda_module"/config/crd/bases/*.yaml "$manifests/keda/"
 chmod u+w "$manifests/keda"/*.yaml
+# The Inference Extension's CRDs (InferencePool v1, and the x-k8s kinds its picker watches)
+# from its module; the Gateway API's HTTPRoute CRD from its own (downloaded, not built).
+epp_module="$(cd "$here/epp" && go mod download -json "sigs.k8s.io/gateway-api-inference-extension@${EPP_VERSION}" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')"
+mkdir -p "$manifests/epp"
+cp "$epp_module"/config/crd/bases/*.yaml "$manifests/epp/"
+gwapi_module="$(cd "$here/epp" && go mod download -json "sigs.k8s.io/gateway-api@${GATEWAY_API_VERSION}" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')"
+cp "$gwapi_module/config/crd/standard/gateway.networking.k8s.io_httproutes.yaml" "$manifests/epp/"
+chmod u+w "$manifests/epp"/*.yaml
 promop_module="$(module_dir "github.com/prometheus-operator/prometheus-operator@${PROMETHEUS_OPERATOR_VERSION}")"
 # All of them: the Prometheus Operator's controllers wait for every kind they watch.
 cp "$promop_module"/example/prometheus-operator-crd/monitoring.coreos.com_*.yaml "$manifests/"

@@ -15,17 +15,20 @@ helm_dir="$cache_root/tools/helm-${HELM_VERSION}"
 lws_dir="$cache_root/tools/lws-${LWS_VERSION}-$(module_key lws)"
 kueue_dir="$cache_root/tools/kueue-${KUEUE_VERSION}-$(module_key kueue)"
 keda_dir="$cache_root/tools/keda-${KEDA_VERSION}-$(module_key keda)"
+# The picker and the tests' gateway stand-in, keyed by the module and the gateway's source.
+epp_key="$(cat "$cluster_dir"/epp/{go.mod,go.sum,gateway/main.go} | sha256sum | cut -c1-12)"
+epp_dir="$cache_root/tools/epp-${EPP_VERSION}-${epp_key}"
 kube_score_dir="$cache_root/tools/kube-score-${KUBE_SCORE_VERSION}"
 promop_dir="$cache_root/tools/prometheus-operator-${PROMETHEUS_OPERATOR_VERSION}-$(module_key promop)"
 # The directory the scripts and tests use: hard links to every component's binaries, keyed by
 # all their versions.
-tools_key="k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}_helm-${HELM_VERSION}_lws-${LWS_VERSION}_kueue-${KUEUE_VERSION}_keda-${KEDA_VERSION}_kube-score-${KUBE_SCORE_VERSION}_promop-${PROMETHEUS_OPERATOR_VERSION}"
+tools_key="k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}_helm-${HELM_VERSION}_lws-${LWS_VERSION}_kueue-${KUEUE_VERSION}_keda-${KEDA_VERSION}_epp-${EPP_VERSION}-${epp_key}_kube-score-${KUBE_SCORE_VERSION}_promop-${PROMETHEUS_OPERATOR_VERSION}"
 bin="$cache_root/tools/$tools_key/bin"
 # CoreDNS is keyed by its own module (version and plugins), so a change there does not
 # rebuild the Kubernetes binaries.
 coredns_key="$(cat "$cluster_dir"/coredns/{go.mod,go.sum,main.go} | sha256sum | cut -c1-16)"
 coredns="$cache_root/tools/coredns-$coredns_key/coredns"
-manifests="$cache_root/tools/manifests_lws-${LWS_VERSION}_promop-${PROMETHEUS_OPERATOR_VERSION}_kueue-${KUEUE_VERSION}_keda-${KEDA_VERSION}"
+manifests="$cache_root/tools/manifests_lws-${LWS_VERSION}_promop-${PROMETHEUS_OPERATOR_VERSION}_kueue-${KUEUE_VERSION}_keda-${KEDA_VERSION}_epp-${EPP_VERSION}_gwapi-${GATEWAY_API_VERSION}"
 run_dir="$(cd "$cluster_dir/../.." && pwd)/e2e/.run"
 
 # Until a CRD is Established (KUBECONFIG and PATH as the caller has them): `kubectl wait`

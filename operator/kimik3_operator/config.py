@@ -55,6 +55,10 @@ class Settings:
     # The Prometheus the ScaledObjects of spec.autoscaling query for the leaders' load (the
     # chart's autoscaling.prometheusAddress); it must scrape the operator's PodMonitors.
     prometheus_url: str = c.DEFAULT_PROMETHEUS_URL
+    # The endpoint picker spec.routing runs (the chart's routing.endpointPickerImage), and the
+    # ClusterRole its RoleBinding in each namespace names (the chart makes it).
+    epp_image: str = c.DEFAULT_EPP_IMAGE
+    epp_cluster_role: str = c.DEFAULT_EPP_CLUSTER_ROLE
     # Test clusters without GPUs only: a --speculative-config (JSON) used verbatim for
     # resources whose preflight is Disabled, so vLLM's CPU build can run a method it has.
 
@@ -105,6 +109,8 @@ class Settings:
             prometheus_url=read.url(
                 "KIMIK3_PROMETHEUS_URL", cls.prometheus_url, schemes=("http", "https")
             ),
+            epp_image=read.image("KIMIK3_EPP_IMAGE", cls.epp_image),
+            epp_cluster_role=read.name("KIMIK3_EPP_CLUSTER_ROLE", cls.epp_cluster_role),
             lease_name=read.name("KIMIK3_LEASE_NAME", cls.lease_name),
             lease_namespace=lease_namespace,
             lease_seconds=read.number("KIMIK3_LEASE_SECONDS", cls.lease_seconds, 1, 3600),
@@ -124,6 +130,9 @@ DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 LABEL_KEY = re.compile(
     r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
+IMAGE = re.compile(
+    r"^[a-z0-9][a-z0-9._:/-]{0,255}(:[A-Za-z0-9_.-]{1,128})?(@sha256:[a-f0-9]{64})?$"
 )
 LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
 FLAGS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False,
@@ -207,6 +216,17 @@ class _Reader:
                 )
             found.append((key, value))
         return tuple(found)
+
+    def image(self, name: str, default: str) -> str:
+        """A container image reference: no spaces or control characters, at most 512."""
+        raw = self._raw(name)
+        if raw is None:
+            return default
+        if not IMAGE.match(raw):
+            raise SettingsError(
+                name, raw, "is not an image reference (registry/repository:tag or @sha256:...)"
+            )
+        return raw
 
     def name(self, name: str, default: str) -> str:
         raw = self._raw(name)

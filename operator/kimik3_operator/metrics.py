@@ -75,6 +75,16 @@ ADMISSION_GROUPS = Gauge(
     "(status.admission: Admitted, QuotaReserved, Pending, Evicted, Preempted)",
     ["namespace", "name", "state"],
 )
+ROUTABLE_GROUPS = Gauge(
+    "kimik3_deployment_routable_groups",
+    "Groups the endpoint picker may route to (status.routing.routableGroups, spec.routing)",
+    ["namespace", "name"],
+)
+ROUTING_CHANGES = Counter(
+    "kimik3_routing_changes",
+    "Groups taken out of routing (left) and put back (rejoined), per deployment",
+    ["namespace", "name", "change"],
+)
 ADMISSION_STATES = ("Admitted", "QuotaReserved", "Pending", "Evicted", "Preempted")
 _last_reason: dict[tuple[str, str, str], tuple[str, str]] = {}
 _last_phase: dict[tuple[str, str], str] = {}
@@ -119,6 +129,9 @@ def record_status(namespace: str, name: str, status: Mapping[str, object]) -> No
         )
         for state in ADMISSION_STATES:
             ADMISSION_GROUPS.labels(namespace, name, state).set(states.count(state))
+    routing = status.get("routing")
+    if isinstance(routing, Mapping) and isinstance(routing.get("routableGroups"), int):
+        ROUTABLE_GROUPS.labels(namespace, name).set(routing["routableGroups"])
     cache = status.get("modelCache")
     if isinstance(cache, Mapping):
         for kind, field in (("done", "bytesDone"), ("total", "bytesTotal")):
@@ -140,7 +153,7 @@ def known() -> set[tuple[str, str]]:
 
 
 def forget(namespace: str, name: str) -> None:
-    for gauge in (ACCEPTANCE, MIN_ACCEPTANCE, REPLICAS, READY_REPLICAS):
+    for gauge in (ACCEPTANCE, MIN_ACCEPTANCE, REPLICAS, READY_REPLICAS, ROUTABLE_GROUPS):
         with contextlib.suppress(KeyError):
             gauge.remove(namespace, name)
     for kind in ("done", "total"):
@@ -156,5 +169,8 @@ def forget(namespace: str, name: str) -> None:
     for state in ADMISSION_STATES:
         with contextlib.suppress(KeyError):
             ADMISSION_GROUPS.remove(namespace, name, state)
+    for change in ("left", "rejoined"):
+        with contextlib.suppress(KeyError):
+            ROUTING_CHANGES.remove(namespace, name, change)
     for key in [k for k in _last_reason if k[:2] == (namespace, name)]:
         CONDITION.remove(*key, *_last_reason.pop(key))

@@ -73,3 +73,8 @@ A map of labels as k=v,k=v (sorted), for KIMIK3_PODMONITOR_LABELS.
 {{- end -}}
 {{- join "," $pairs -}}
 {{- end }}
+
+{{/* The ClusterRole each endpoint picker of spec.routing is bound to, in its namespace. */}}
+{{- define "kimik3-operator.endpointPickerRole" -}}
+{{ include "kimik3-operator.fullname" . }}-endpoint-picker
+{{- end -}}

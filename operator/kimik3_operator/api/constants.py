@@ -72,6 +72,18 @@ KEDA_PAUSED_SCALE_IN: Final = "autoscaling.keda.sh/paused-scale-in"
 # kube-prometheus-stack's Service in the monitoring namespace.
 DEFAULT_PROMETHEUS_URL: Final = "http://prometheus-operated.monitoring.svc:9090"
 
+# The Gateway API Inference Extension: spec.routing makes an InferencePool and its endpoint
+# picker (EPP), and, when a Gateway is named, an HTTPRoute.
+INFERENCE_GROUP: Final = "inference.networking.k8s.io"
+INFERENCE_VERSION: Final = "v1"
+INFERENCEPOOL_CRD: Final = f"inferencepools.{INFERENCE_GROUP}"
+GATEWAY_GROUP: Final = "gateway.networking.k8s.io"
+HTTPROUTE_CRD: Final = f"httproutes.{GATEWAY_GROUP}"
+DEFAULT_EPP_IMAGE: Final = "registry.k8s.io/gateway-api-inference-extension/epp:v1.5.0"
+DEFAULT_EPP_CLUSTER_ROLE: Final = "kimik3-operator-endpoint-picker"
+# On a leader pod: the operator's word that its group takes requests (the pool selects it).
+LABEL_ROUTABLE: Final = f"{GROUP}/routable"
+
 MONITORING_GROUP: Final = "monitoring.coreos.com"
 PODMONITOR_CRD: Final = f"podmonitors.{MONITORING_GROUP}"
 
@@ -88,6 +100,7 @@ COMPONENT_SERVING: Final = "serving"
 COMPONENT_DOWNLOAD: Final = "download"
 COMPONENT_COLLECT: Final = "collect"
 COMPONENT_MODEL_CACHE: Final = "model-cache"
+COMPONENT_EPP: Final = "endpoint-picker"
 
 
 @unique
@@ -106,6 +119,9 @@ class ConditionType(StrEnum):
     ADMITTED = "Admitted"
     # With spec.autoscaling: whether KEDA drives the groups freely, or what holds or limits it.
     AUTOSCALING = "Autoscaling"
+    # With spec.routing: whether the endpoint picker routes to every Ready group, or what
+    # keeps a group out or the picker from routing.
+    ROUTING = "Routing"
 
 
 @unique
@@ -175,6 +191,16 @@ class Reason(StrEnum):
     HELD_WHILE_STARTING = "HeldWhileStarting"
     CLAMPED_BY_GPUS = "ClampedByGPUs"
     CLAMPED_BY_QUOTA = "ClampedByQuota"
+    # Routing: every Ready group routable; some kept out (acceptance, canary, starting); the
+    # InferencePool CRD absent; the picker not Ready; a gateway refused the pool; and, as
+    # events, a group leaving and rejoining the pool
+    ROUTING_ACTIVE = "RoutingActive"
+    GROUPS_OUT_OF_ROUTING = "GroupsOutOfRouting"
+    INFERENCE_POOL_NOT_INSTALLED = "InferencePoolNotInstalled"
+    ENDPOINT_PICKER_NOT_READY = "EndpointPickerNotReady"
+    POOL_NOT_ACCEPTED = "PoolNotAccepted"
+    GROUP_LEFT_ROUTING = "GroupLeftRouting"
+    GROUP_REJOINED_ROUTING = "GroupRejoinedRouting"
     # Preflight (CapabilitiesVerified, DrafterPaired) and the image probe
     ARCHITECTURE_NOT_REGISTERED = "ArchitectureNotRegistered"
     ARCHITECTURE_REGISTERED = "ArchitectureRegistered"

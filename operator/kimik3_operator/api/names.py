@@ -74,6 +74,19 @@ def scaled_object(name: str) -> str:
     return name
 
 
+def inference_pool(name: str) -> str:
+    return name
+
+
+def http_route(name: str) -> str:
+    return name
+
+
+def endpoint_picker(name: str) -> str:
+    """The EPP's Deployment, Service, ConfigMap, ServiceAccount and RoleBinding."""
+    return child(name, "epp")
+
+
 def preflight_job(name: str, probe_key: str) -> str:
     return child(name, f"preflight-{_short(probe_key)}")
 

@@ -18,6 +18,7 @@ from kimik3_operator.api.types import (
     PreflightSpec,
     ResourcesSpec,
     RolloutSpec,
+    RoutingSpec,
     SchedulingSpec,
     SecuritySpec,
     ServiceSpec,
@@ -35,6 +36,7 @@ class KimiK3DeploymentSpec:
     placement: PlacementSpec = field(default_factory=PlacementSpec)
     scheduling: SchedulingSpec = field(default_factory=SchedulingSpec)
     autoscaling: AutoscalingSpec | None = None
+    routing: RoutingSpec | None = None
     resources: ResourcesSpec = field(default_factory=ResourcesSpec)
     service: ServiceSpec = field(default_factory=ServiceSpec)
     pod: ServingPodSpec = field(default_factory=ServingPodSpec)
@@ -78,6 +80,11 @@ class KimiK3DeploymentSpec:
     def autoscaled(self) -> bool:
         """Whether KEDA drives spec.replicas (spec.autoscaling)."""
         return self.autoscaling is not None
+
+    @property
+    def routed(self) -> bool:
+        """Whether an endpoint picker routes the requests (spec.routing)."""
+        return self.routing is not None
 
     @property
     def speculative(self) -> bool:

@@ -229,6 +229,33 @@ class AutoscalingSpec:
 
 
 @dataclass(frozen=True)
+class GatewayRef:
+    """The Gateway an HTTPRoute attaches this deployment's InferencePool to."""
+
+    name: str
+    # Empty: the deployment's namespace (the Gateway's allowedRoutes decide whether it takes
+    # a route from here).
+    namespace: str = ""
+    section_name: str = ""
+
+
+FailureMode = Literal["FailClose", "FailOpen"]
+
+
+@dataclass(frozen=True)
+class RoutingSpec:
+    """Requests routed by the Gateway API Inference Extension: an InferencePool of the
+    routable leaders and an endpoint picker (EPP) that picks by queue and KV-cache use; a
+    group whose drafter fails, or that a canary judges, leaves the pool."""
+
+    # What the gateway does when the picker does not answer (the InferencePool's field).
+    failure_mode: FailureMode = "FailClose"
+    # A group leaves routing while its acceptance is this fraction below the median group's.
+    max_acceptance_drop: float = 0.5
+    gateway: GatewayRef | None = None
+
+
+@dataclass(frozen=True)
 class ResourcesSpec:
     cpu: str = ""  # a request only: vLLM's host threads burst
     cpu_limit: str = ""

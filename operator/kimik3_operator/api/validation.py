@@ -210,6 +210,7 @@ def errors(spec: KimiK3DeploymentSpec) -> list[SpecError]:
     found += _pod_errors(spec)
     found += _scheduling_errors(spec)
     found += _autoscaling_errors(spec)
+    found += _routing_errors(spec)
     for path, text in _strings(spec, "spec"):
         if CONTROL.search(text):
             found.append(SpecError(path, text[:80], "contains a control character", "remove it"))
@@ -710,6 +711,50 @@ def _scheduling_errors(spec: KimiK3DeploymentSpec) -> list[SpecError]:
                     str(value)[:80],
                     "is Kueue's and no queue is named",
                     "name the LocalQueue in spec.scheduling.queueName",
+                )
+            )
+    return found
+
+
+def _routing_errors(spec: KimiK3DeploymentSpec) -> list[SpecError]:
+    routing = spec.routing
+    if routing is None:
+        return []
+    path = "spec.routing"
+    found: list[SpecError] = []
+    if not 0 < routing.max_acceptance_drop < 1:
+        found.append(
+            SpecError(
+                f"{path}.maxAcceptanceDrop",
+                routing.max_acceptance_drop,
+                "is a fraction of the median group's acceptance: more than 0, less than 1",
+                "0.5 takes a group out of routing while its acceptance is under half the "
+                "median group's",
+            )
+        )
+    gateway = routing.gateway
+    if gateway is not None:
+        if len(gateway.name) > 253 or not DNS_SUBDOMAIN.match(gateway.name):
+            found.append(
+                SpecError(
+                    f"{path}.gateway.name", gateway.name, "is not a Gateway's name (DNS-1123)"
+                )
+            )
+        if gateway.namespace and not DNS_LABEL.match(gateway.namespace):
+            found.append(
+                SpecError(
+                    f"{path}.gateway.namespace",
+                    gateway.namespace,
+                    "is not a namespace's name (DNS-1123 label)",
+                    "leave it empty for the deployment's own namespace",
+                )
+            )
+        if gateway.section_name and not DNS_LABEL.match(gateway.section_name):
+            found.append(
+                SpecError(
+                    f"{path}.gateway.sectionName",
+                    gateway.section_name,
+                    "is not a listener's name (DNS-1123 label)",
                 )
             )
     return found

@@ -16,6 +16,7 @@ from kimik3_operator.builders.model_cache import (
 )
 from kimik3_operator.builders.podmonitor import build_pod_monitor, wants_pod_monitor
 from kimik3_operator.builders.preflight_job import build_probe_config_map, build_probe_job
+from kimik3_operator.builders.routing import PickerSettings, routing_children
 from kimik3_operator.builders.scaled_object import (
     DEFAULT_PROMETHEUS_URL,
     Bounds,
@@ -25,9 +26,10 @@ from kimik3_operator.builders.service import build_service
 
 # probe: the image probe's ConfigMap and Job; cache: the model cache's claim (unless the
 # user names one), the download script's ConfigMap and the download Job; groups: the
-# LeaderWorkerSet; serving: its Service and PodMonitor; scaling: KEDA's ScaledObject.
-Part = Literal["probe", "cache", "groups", "serving", "scaling"]
-ALL_PARTS: tuple[Part, ...] = ("probe", "cache", "groups", "serving", "scaling")
+# LeaderWorkerSet; serving: its Service and PodMonitor; scaling: KEDA's ScaledObject;
+# routing: the InferencePool, its endpoint picker and the HTTPRoute.
+Part = Literal["probe", "cache", "groups", "serving", "scaling", "routing"]
+ALL_PARTS: tuple[Part, ...] = ("probe", "cache", "groups", "serving", "scaling", "routing")
 
 
 def desired_children(
@@ -42,6 +44,8 @@ def desired_children(
     admission_held: bool = False,
     scaling: Bounds | None = None,
     prometheus_url: str = DEFAULT_PROMETHEUS_URL,
+    picker: PickerSettings | None = None,
+    gateway_api: bool = True,
 ) -> list[dict[str, Any]]:
     children: list[dict[str, Any]] = []
     if "probe" in parts and spec.preflight.mode != "Disabled" and spec.preflight.probe:
@@ -67,4 +71,6 @@ def desired_children(
         children.append(
             build_scaled_object(spec, owner, scaling, prometheus_url, weight_bytes=weight_bytes)
         )
+    if "routing" in parts:
+        children += routing_children(spec, owner, picker or PickerSettings(), gateway_api)
     return [with_spec_hash(child) for child in children]

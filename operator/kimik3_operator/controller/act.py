@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from kimik3_operator import metrics
 from kimik3_operator.api import constants as c
-from kimik3_operator.api.constants import ConditionType
+from kimik3_operator.api.constants import ConditionType, Reason
 from kimik3_operator.controller.decide import Decision, Write
 from kimik3_operator.controller.snapshot import Snapshot
 from kimik3_operator.events import post_event
@@ -54,6 +54,9 @@ def write_status(
         kube.patch_status(c.API_VERSION, c.KIND, owner.name, owner.namespace, decision.status_patch)
         result.status_written = True
     for condition in decision.events:
+        if condition.reason in (Reason.GROUP_LEFT_ROUTING, Reason.GROUP_REJOINED_ROUTING):
+            change = "left" if condition.reason == Reason.GROUP_LEFT_ROUTING else "rejoined"
+            metrics.ROUTING_CHANGES.labels(owner.namespace, owner.name, change).inc()
         if condition.type in (ConditionType.CAPABILITIES_VERIFIED, ConditionType.DRAFTER_PAIRED):
             metrics.PREFLIGHT_VERDICTS.labels(
                 condition.type, condition.status, condition.reason

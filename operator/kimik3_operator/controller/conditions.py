@@ -65,6 +65,7 @@ class Findings:
     speculation: Condition | None = None
     queue: QueueState | None = None
     autoscaling: Condition | None = None
+    routing: Condition | None = None
 
 
 Stage = Callable[[Findings, Observation], Observation]
@@ -213,6 +214,7 @@ def final_conditions(found: Findings) -> Observation:
         fabric_condition(found.spec) if found.spec is not None else None,
         found.canary,
         found.autoscaling,
+        found.routing,
     )
     return dataclasses.replace(
         observation,

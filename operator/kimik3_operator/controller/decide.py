@@ -28,6 +28,14 @@ from kimik3_operator.controller.autoscaling import ScalingInput, ScalingPlan, sc
 from kimik3_operator.controller.conditions import Findings, final_conditions
 from kimik3_operator.controller.drift import needs_apply
 from kimik3_operator.controller.rollout import RolloutStep, rollout_step
+from kimik3_operator.controller.routing import (
+    GroupInput,
+    RoutingInput,
+    RoutingPlan,
+    canary_groups,
+    group_acceptance,
+    routing_plan,
+)
 from kimik3_operator.controller.snapshot import KEDA_API, LWS_API, PODMONITOR_API, Ref, Snapshot
 from kimik3_operator.controller.status import (
     RolloutStatus,
@@ -49,6 +57,7 @@ from kimik3_operator.observation.model_cache import (
     with_collection,
 )
 from kimik3_operator.observation.pod_security import namespace_policy
+from kimik3_operator.observation.pods import from_leader_set, pod_ready
 from kimik3_operator.observation.workload import Observation, observe
 from kimik3_operator.preflight.gate import Gate, evaluate
 from kimik3_operator.preflight.probe import ProbeState, probe_state, report_state
@@ -61,6 +70,7 @@ CACHE: tuple[Part, ...] = ("cache",)
 SERVING: tuple[Part, ...] = ("serving",)
 GROUPS_AND_SERVING: tuple[Part, ...] = ("groups", "serving")
 SCALING: tuple[Part, ...] = ("scaling",)
+ROUTING: tuple[Part, ...] = ("routing",)
 
 
 @dataclass(frozen=True)
@@ -198,6 +208,8 @@ def decide(snap: Snapshot) -> Decision:
         # A refused spec never waits in a queue: the groups held for it go.
         plan.delete_owned(lws_ref)
     _autoscaler(snap, asked, scaling, gate, cache, plan)
+    rollout_section = rollout.plan.section if rollout is not None else snap.status.get("rollout")
+    routing = _routing(snap, spec, gate, rollout_section, plan)
     unread = plan.unread()
     conflicts = plan.conflicts()
     if conflicts:
@@ -230,6 +242,7 @@ def decide(snap: Snapshot) -> Decision:
         speculation=speculation,
         queue=queue,
         autoscaling=scaling.condition if scaling is not None else None,
+        routing=routing.condition if routing is not None else None,
     )
     final = final_conditions(found)
     parts = StatusParts(
@@ -245,7 +258,10 @@ def decide(snap: Snapshot) -> Decision:
         else RolloutStatus(snap.status.get("rollout")),
         queue=queue,
         autoscaling=scaling.section() if scaling is not None else None,
+        routing=routing.section() if routing is not None else None,
     )
+    if routing is not None:
+        notices = [*notices, *routing.notices]
     decision = _finish(snap, [*housekeeping, *plan.writes], notices, found, parts, final=final)
     return dataclasses.replace(
         decision,
@@ -528,6 +544,122 @@ def _autoscaler(
             weight_bytes=weight_bytes,
         )
     )
+
+
+def _routing_refs(owner_name: str) -> list[Ref]:
+    picker = names.endpoint_picker(owner_name)
+    return [
+        (f"{c.INFERENCE_GROUP}/{c.INFERENCE_VERSION}", "InferencePool", owner_name),
+        (f"{c.GATEWAY_GROUP}/v1", "HTTPRoute", names.http_route(owner_name)),
+        ("apps/v1", "Deployment", picker),
+        ("v1", "Service", picker),
+        ("v1", "ConfigMap", picker),
+        ("rbac.authorization.k8s.io/v1", "RoleBinding", picker),
+        ("v1", "ServiceAccount", picker),
+    ]
+
+
+# A pool's parents (gateways) read into the status, at most.
+MAX_PARENTS = 8
+
+
+def _routing(
+    snap: Snapshot,
+    spec: KimiK3DeploymentSpec,
+    gate: Gate,
+    rollout_section: Mapping[str, Any] | None,
+    plan: _Plan,
+) -> RoutingPlan | None:
+    """spec.routing's children and the routable label on each leader; None without it
+    (then its children go). Nothing is made for a spec that has not passed the preflight."""
+    refs = _routing_refs(snap.owner.name)
+    if spec.routing is None:
+        for ref in refs:
+            plan.delete_owned(ref)
+        return None
+    pool_ref, route_ref, picker_ref = refs[0], refs[1], refs[2]
+    if not snap.pool_installed:
+        return routing_plan(
+            RoutingInput((), spec.routing.max_acceptance_drop, pool_installed=False)
+        )
+    if gate.deploy:
+        plan.apply(
+            desired_children(
+                spec, snap.owner, parts=ROUTING, picker=snap.picker, gateway_api=snap.gateway_api
+            )
+        )
+        if spec.routing.gateway is None:
+            plan.delete_owned(route_ref)
+    judged, failed = canary_groups(rollout_section)
+    readings = snap.readings.acceptance
+    rates = (
+        group_acceptance(list(readings.series.values()), readings.window_seconds)
+        if readings is not None
+        else {}
+    )
+    picker = snap.get(picker_ref)
+    ready = int(((picker or {}).get("status") or {}).get("readyReplicas") or 0)
+    found = RoutingInput(
+        groups=_routing_groups(snap, spec, rates),
+        max_acceptance_drop=spec.routing.max_acceptance_drop,
+        canary_judged=judged,
+        canary_failed=failed,
+        picker_ready=None if picker is None else ready > 0,
+        parents=_pool_parents(snap.get(pool_ref)),
+    )
+    decided = routing_plan(found)
+    for change in decided.labels:
+        body = {"metadata": {"labels": {c.LABEL_ROUTABLE: change.value}}}
+        plan.writes.append(Write("patch", ("v1", "Pod", change.pod), body))
+    return decided
+
+
+def _routing_groups(
+    snap: Snapshot, spec: KimiK3DeploymentSpec, rates: Mapping[int, float]
+) -> tuple[GroupInput, ...]:
+    """Each group's leader: only pods the LeaderWorkerSet's leader StatefulSet controls (a
+    namespace user's pod with our labels is never labelled), one per group index."""
+    chosen: dict[int, GroupInput] = {}
+    for pod in snap.pods:
+        meta = pod.get("metadata") or {}
+        labels = meta.get("labels") or {}
+        index = str(labels.get(c.LWS_GROUP_INDEX_LABEL, ""))
+        if (
+            labels.get(c.LABEL_COMPONENT) != c.COMPONENT_LEADER
+            or meta.get("deletionTimestamp")
+            or not from_leader_set(meta, names.leader_worker_set(snap.owner.name))
+            or not (index.isdigit() and len(index) <= 6)
+        ):
+            continue
+        group = int(index)
+        chosen.setdefault(
+            group,
+            GroupInput(
+                index=group,
+                leader=str(meta.get("name")),
+                ready=pod_ready(pod),
+                label=str(labels.get(c.LABEL_ROUTABLE, "")),
+                acceptance=rates.get(group),
+            ),
+        )
+    return tuple(chosen[i] for i in sorted(chosen))
+
+
+def _pool_parents(pool: Obj | None) -> tuple[Mapping[str, Any], ...]:
+    """The InferencePool's parents (gateways) and their Accepted and ResolvedRefs."""
+    parents = ((pool or {}).get("status") or {}).get("parents") or []
+    found = []
+    for parent in parents[:MAX_PARENTS]:
+        if not isinstance(parent, Mapping):
+            continue
+        ref = parent.get("parentRef") or {}
+        conditions = [
+            {key: str(cond.get(key, ""))[:300] for key in ("type", "status", "reason", "message")}
+            for cond in parent.get("conditions") or []
+            if isinstance(cond, Mapping) and cond.get("type") in ("Accepted", "ResolvedRefs")
+        ]
+        found.append({"name": str(ref.get("name", ""))[:253], "conditions": conditions})
+    return tuple(found)
 
 
 def _failure_budget(snap: Snapshot, spec: KimiK3DeploymentSpec) -> dict[str, Any] | None:

@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 
 from kimik3_operator import metrics
 from kimik3_operator.api import constants as c
+from kimik3_operator.builders.routing import PickerSettings
 from kimik3_operator.controller.act import ReconcileResult, act, write_status
 from kimik3_operator.controller.decide import Decision, decide, failed
 from kimik3_operator.controller.snapshot import (
@@ -67,6 +68,8 @@ def reconcile_for_runtime(
     kueue_admission_gate: bool = False,
     service_accounts: tuple[str, ...] = (),
     prometheus_url: str = c.DEFAULT_PROMETHEUS_URL,
+    epp_image: str = c.DEFAULT_EPP_IMAGE,
+    epp_cluster_role: str = c.DEFAULT_EPP_CLUSTER_ROLE,
 ) -> ReconcileResult:
     """``reconcile`` as the runtime's manager calls it (its Reconciler)."""
     context = Context(
@@ -77,5 +80,6 @@ def reconcile_for_runtime(
         kueue_admission_gate=kueue_admission_gate,
         service_accounts=service_accounts,
         prometheus_url=prometheus_url,
+        picker=PickerSettings(epp_image, epp_cluster_role),
     )
     return reconcile(kube, key, context)

@@ -22,6 +22,7 @@ from kimik3_operator.api.spec import KimiK3DeploymentSpec
 from kimik3_operator.api.types import SpecError
 from kimik3_operator.builders.common import Owner
 from kimik3_operator.builders.model_cache import cache_claim_name
+from kimik3_operator.builders.routing import PickerSettings
 from kimik3_operator.kube import Kube, KubeError, Obj, namespace_labels_from_server
 from kimik3_operator.observation.kueue import admitted_groups, quota_free, read_limit
 from kimik3_operator.observation.readings import Readings
@@ -75,6 +76,8 @@ class Context:
     service_accounts: tuple[str, ...] = ()
     # Where the ScaledObjects of spec.autoscaling ask Prometheus for the leaders' load.
     prometheus_url: str = c.DEFAULT_PROMETHEUS_URL
+    # The endpoint picker spec.routing runs, and the ClusterRole it is bound to.
+    picker: PickerSettings = field(default_factory=PickerSettings)
 
 
 @dataclass(frozen=True)
@@ -98,6 +101,10 @@ class Snapshot:
     service_accounts: tuple[str, ...] = ()
     keda_installed: bool = False
     prometheus_url: str = c.DEFAULT_PROMETHEUS_URL
+    # spec.routing: the Inference Extension's CRDs, and the Gateway API's HTTPRoute, served.
+    pool_installed: bool = False
+    gateway_api: bool = False
+    picker: PickerSettings = field(default_factory=PickerSettings)
     # Kueue's Workloads of the LeaderWorkerSet (read only for a spec that names a queue).
     workloads: tuple[Obj, ...] = ()
     # The GPUs left in the quota of the queue's ClusterQueue (autoscaled and queued only).
@@ -183,6 +190,8 @@ def take_snapshot(kube: Kube, key: tuple[str, str], context: Context) -> Snapsho
         if (kind != "LeaderWorkerSet" or lws_installed)
         and (kind != "PodMonitor" or pod_monitor_installed)
         and (kind != "ScaledObject" or _crd_exists(kube, c.KEDA_SCALEDOBJECT_CRD))
+        and (kind != "InferencePool" or _crd_exists(kube, c.INFERENCEPOOL_CRD))
+        and (kind != "HTTPRoute" or _crd_exists(kube, c.HTTPROUTE_CRD))
     ]
     live = _children(kube, spec, owner, kinds)
     kueue_installed = spec.queued and _crd_exists(kube, c.KUEUE_WORKLOAD_CRD)
@@ -200,6 +209,9 @@ def take_snapshot(kube: Kube, key: tuple[str, str], context: Context) -> Snapsho
         service_accounts=context.service_accounts,
         keda_installed=keda_installed,
         prometheus_url=context.prometheus_url,
+        pool_installed=spec.routed and _crd_exists(kube, c.INFERENCEPOOL_CRD),
+        gateway_api=spec.routed and _crd_exists(kube, c.HTTPROUTE_CRD),
+        picker=context.picker,
         workloads=workloads,
         quota_free_gpus=_quota(kube, spec, namespace, workloads)
         if kueue_installed and spec.autoscaled

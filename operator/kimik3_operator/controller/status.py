@@ -65,6 +65,8 @@ class StatusParts:
     queue: QueueState | None = None
     # status.autoscaling (spec.autoscaling): what KEDA asks, what is made, what is held.
     autoscaling: Mapping[str, Any] | None = None
+    # status.routing (spec.routing): the pool, the picker, which groups are routable.
+    routing: Mapping[str, Any] | None = None
 
 
 def desired_status(
@@ -117,6 +119,8 @@ def desired_status(
         status["admission"] = admission_status(parts.queue)
     if parts.autoscaling is not None:
         status["autoscaling"] = dict(parts.autoscaling)
+    if parts.routing is not None:
+        status["routing"] = dict(parts.routing)
     if parts.gate is not None:
         status["capabilities"] = _keep_checked_at(
             current.get("capabilities") or {}, parts.gate.status

@@ -52,6 +52,8 @@ WATCHED_CRDS = {
     c.PODMONITOR_CRD: "PodMonitor",
     c.KUEUE_WORKLOAD_CRD: "Workload",
     c.KEDA_SCALEDOBJECT_CRD: "ScaledObject",
+    c.INFERENCEPOOL_CRD: "InferencePool",
+    c.HTTPROUTE_CRD: "HTTPRoute",
 }
 
 
@@ -78,6 +80,8 @@ class Reconciler(Protocol):
         kueue_admission_gate: bool,
         service_accounts: tuple[str, ...],
         prometheus_url: str,
+        epp_image: str,
+        epp_cluster_role: str,
     ) -> object: ...
 
 
@@ -306,6 +310,8 @@ class Manager:
                 kueue_admission_gate=self.settings.kueue_admission_gate,
                 service_accounts=self.settings.service_accounts,
                 prometheus_url=self.settings.prometheus_url,
+                epp_image=self.settings.epp_image,
+                epp_cluster_role=self.settings.epp_cluster_role,
             )
         except Exception as exc:
             delay = self.queue.add_after_failure(key)

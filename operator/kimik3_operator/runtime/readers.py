@@ -42,7 +42,7 @@ from kimik3_operator.observation.download_progress import (
     parse_progress,
     progress_fields,
 )
-from kimik3_operator.observation.pods import pod_ready
+from kimik3_operator.observation.pods import from_leader_set, pod_ready
 from kimik3_operator.observation.status_input import readable_status
 from kimik3_operator.runtime.bounded_http import DEFAULT_DEADLINE_SECONDS
 from kimik3_operator.runtime.bounded_http import fetch as bounded_fetch
@@ -91,22 +91,12 @@ def scraped_leaders(
     for pod in pods:
         meta = pod.get("metadata") or {}
         index = str((meta.get("labels") or {}).get(c.LWS_GROUP_INDEX_LABEL, ""))
-        if not (pod_ready(pod) and _from_leader_set(meta, name)):
+        if not (pod_ready(pod) and from_leader_set(meta, name)):
             continue
         if not (index.isdigit() and len(index) <= 6 and int(index) < groups):
             continue
         chosen.setdefault(int(index), pod)
     return [chosen[index] for index in sorted(chosen)]
-
-
-def _from_leader_set(meta: Mapping[str, Any], name: str) -> bool:
-    return any(
-        isinstance(ref, Mapping)
-        and ref.get("controller") is True
-        and ref.get("kind") == "StatefulSet"
-        and ref.get("name") == name
-        for ref in meta.get("ownerReferences") or []
-    )
 
 
 def retained_seconds(window_seconds: float, spec: KimiK3DeploymentSpec) -> float:
