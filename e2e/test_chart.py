@@ -22,12 +22,11 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from e2e.support.chart import CHART, SMALL, helm, install_chart
+from e2e.support.chart import CHART, SMALL, helm, install_chart, operator_as
 from e2e.support.cluster import (
     ROOT,
     RUN,
     Cluster,
-    OperatorProcess,
     condition,
     create_test_namespace,
     kimi,
@@ -166,20 +165,6 @@ def release(cluster: Cluster) -> Iterator[tuple[str, str]]:
         cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
 
 
-def _operator_as(
-    cluster: Cluster,
-    system: str,
-    account: str,
-    namespace: str,
-    label: str,
-    env: dict[str, str] | None = None,
-) -> OperatorProcess:
-    kubeconfig = service_account_kubeconfig(
-        cluster, system, account, RUN / f"sa-{system}{label}.kubeconfig"
-    )
-    return OperatorProcess(cluster, namespace, kubeconfig, env, label)
-
-
 def test_install_upgrade_test_uninstall(
     cluster: Cluster, release: tuple[str, str], wait_condition: Callable[..., dict[str, Any]]
 ) -> None:
@@ -196,7 +181,7 @@ def test_install_upgrade_test_uninstall(
     assert deployment["status"]["readyReplicas"] == 2
     print(f"chart install to ready: {install_seconds:.1f}s")
 
-    operator = _operator_as(cluster, system, name, watched, "-sa")
+    operator = operator_as(cluster, system, name, watched, "-sa")
     operator.start()
     try:
         cluster.apply(kimi("k3", **SMALL), watched)
@@ -301,8 +286,8 @@ def test_leader_election_fails_over(
         "KIMIK3_LEASE_NAMESPACE": system,
         "KIMIK3_LEASE_SECONDS": "12",
     }
-    first = _operator_as(cluster, system, name, watched, "-a", {**lease, "POD_NAME": "a"})
-    second = _operator_as(cluster, system, name, watched, "-b", {**lease, "POD_NAME": "b"})
+    first = operator_as(cluster, system, name, watched, "-a", {**lease, "POD_NAME": "a"})
+    second = operator_as(cluster, system, name, watched, "-b", {**lease, "POD_NAME": "b"})
     first.start()
     wait_for(lambda: LEADING in first.log.read_text(), 30, "the first replica to lead")
     second.start()
@@ -478,7 +463,7 @@ def test_the_admission_policy_fences_the_operators_token(
 
     # The operator as the chart runs it: an account the chart allows is used, under the
     # policy; another is refused by the operator itself, before any child.
-    operator = _operator_as(
+    operator = operator_as(
         cluster, system, name, watched, "-fence", {"KIMIK3_SERVICE_ACCOUNTS": "weights-reader"}
     )
     operator.start()

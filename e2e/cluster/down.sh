@@ -64,6 +64,13 @@ if ((${#pids[@]})); then
   ((${#pids[@]} == 0)) || kill -9 "${pids[@]}" 2>/dev/null || true
 fi
 
+# The routing tests' model servers listen on KWOK pod IPs added to the loopback interface.
+if command -v ip >/dev/null; then
+  while read -r address; do
+    [[ -n "$address" ]] && ip addr del "$address" dev lo 2>/dev/null || true
+  done < <(ip -4 -o addr show dev lo label lo:kk3 2>/dev/null | awk '{print $4}')
+fi
+
 # kube-proxy's rules stay in this machine's iptables until it is asked to remove them.
 if [[ -x "$bin/kube-proxy" ]] && command -v iptables >/dev/null \
   && iptables -t nat -S 2>/dev/null | grep -q KUBE-; then

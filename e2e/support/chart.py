@@ -6,7 +6,10 @@ import subprocess
 
 from e2e.support.cluster import (
     ROOT,
+    RUN,
     Cluster,
+    OperatorProcess,
+    service_account_kubeconfig,
 )
 
 CHART = ROOT / "charts" / "kimik3-operator"
@@ -52,3 +55,19 @@ def install_chart(
     for setting in settings:
         args += ["--set", setting]
     return helm(cluster, *args)
+
+
+def operator_as(
+    cluster: Cluster,
+    system: str,
+    account: str,
+    namespace: str,
+    label: str,
+    env: dict[str, str] | None = None,
+) -> OperatorProcess:
+    """The operator as a host process with the token of the chart's ServiceAccount, so it
+    has exactly the chart's RBAC and meets the chart's admission policy."""
+    kubeconfig = service_account_kubeconfig(
+        cluster, system, account, RUN / f"sa-{system}{label}.kubeconfig"
+    )
+    return OperatorProcess(cluster, namespace, kubeconfig, env, label)
