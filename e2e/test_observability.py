@@ -33,7 +33,7 @@ from e2e.support.prometheus import (
     operator_job,
     start_prometheus,
 )
-from e2e.support.vllm_exporter import FakeLeader, serve
+from e2e.support.vllm_exporter import FakeLeader, serve, serve_text
 from kimik3_operator import metrics
 from kimik3_operator.controller.reconcile import Context, reconcile
 from kimik3_operator.observation.readings import Readings
@@ -41,6 +41,12 @@ from kimik3_operator.runtime.readers import AcceptanceReader
 
 pytestmark = pytest.mark.kwok
 
+PICKER_METRICS = (
+    "# TYPE inference_pool_ready_pods gauge\n"
+    'inference_pool_ready_pods{name="k3"} 2\n'
+    "# TYPE inference_pool_average_queue_size gauge\n"
+    'inference_pool_average_queue_size{name="k3"} 1.5\n'
+)
 LEADER_B = (0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2)
 API = "serving.kimik3.io/v1alpha1"
 
@@ -85,6 +91,7 @@ def operator_metrics(leaders: dict[str, FakeLeader]) -> Iterator[int]:
             parallelism={"tensor": 8},
             monitoring={"minAcceptanceRate": 0.6},
             rollout={"canary": {"window": "1h"}},
+            routing={},
         )
     )
     kube.put({**resource("old", engine={"image": "vllm/vllm-openai:v0.27.1"})})
@@ -185,10 +192,18 @@ def prometheus(
         }
         for name, leader in leaders.items()
     ]
+    # The endpoint picker's pool gauges (names checked against the real picker in
+    # e2e/test_routing.py), as its PodMonitor labels them.
+    picker = serve_text(lambda _path: PICKER_METRICS)
+    picker_target = {
+        "targets": [f"127.0.0.1:{picker.server_address[1]}"],
+        "labels": {"namespace": "llm", "app_kubernetes_io_instance": "k3", "pod": "k3-epp-0"},
+    }
     process, server = start_prometheus(
         work,
         [
             {"job_name": "vllm", "static_configs": targets},
+            {"job_name": "endpoint-picker", "static_configs": [picker_target]},
             operator_job(operator_metrics),
         ],
     )
@@ -209,6 +224,7 @@ def prometheus(
     finally:
         process.terminate()
         process.wait(timeout=20)
+        picker.shutdown()
 
 
 def expected(leaders: dict[str, FakeLeader]) -> dict[tuple[str, str, str], Any]:
@@ -248,6 +264,17 @@ def expected(leaders: dict[str, FakeLeader]) -> dict[tuple[str, str, str], Any]:
         ("kimik3-serving.json", "Preemptions", "A"): a.preemptions_per_second
         + b.preemptions_per_second,
         ("kimik3-operator.json", "Acceptance rate per deployment", "A"): accepted / drafted,
+        # The picker's pool as the fake picker below reports it.
+        (
+            "kimik3-serving.json",
+            "Endpoint picker: routable leaders and their average queue",
+            "A",
+        ): 2,
+        (
+            "kimik3-serving.json",
+            "Endpoint picker: routable leaders and their average queue",
+            "B",
+        ): 1.5,
         # The canary is k3-1 (group 1), the stable group k3-0.
         ("kimik3-speculative-decoding.json", "Canary vs stable acceptance", "A"): sorted(
             [sum(a.per_position) / 8, sum(b.per_position) / 8]
@@ -389,7 +416,9 @@ def test_every_panel_names_its_metrics() -> None:
                 continue
             description = panel.get("description", "")
             for target in panel["targets"]:
-                metric = next(m for m in ("vllm:", "kimik3_") if m in target["expr"])
+                metric = next(
+                    m for m in ("vllm:", "kimik3_", "inference_pool_") if m in target["expr"]
+                )
                 assert metric in description, (path.name, panel["title"])
 
 

@@ -285,6 +285,31 @@ def serving() -> Dashboard:
             )
         )
     )
+    picker = 'namespace=~"$namespace", app_kubernetes_io_instance=~"$deployment"'
+    dashboard = dashboard.with_panel(
+        Timeseries()
+        .title("Endpoint picker: routable leaders and their average queue")
+        .unit("short")
+        .description(
+            "With spec.routing, the endpoint picker's own view of its InferencePool: "
+            "inference_pool_ready_pods (the leaders it may pick: Ready and routable) and "
+            "inference_pool_average_queue_size (their vllm:num_requests_waiting, averaged)."
+        )
+        .with_target(
+            target(
+                f"sum by ({BY}) (inference_pool_ready_pods{{{picker}}})",
+                "{{namespace}}/{{app_kubernetes_io_instance}} routable",
+                "A",
+            )
+        )
+        .with_target(
+            target(
+                f"avg by ({BY}) (inference_pool_average_queue_size{{{picker}}})",
+                "{{namespace}}/{{app_kubernetes_io_instance}} queue",
+                "B",
+            )
+        )
+    )
     return dashboard
 
 
@@ -357,6 +382,22 @@ def operator() -> Dashboard:
             target(
                 f"sum by (type, status) (kimik3_deployment_condition{{{ns}}})",
                 "{{type}}={{status}}",
+            )
+        )
+    )
+    dashboard = dashboard.with_panel(
+        Timeseries()
+        .title("Routable groups per deployment")
+        .unit("short")
+        .description(
+            "kimik3_deployment_routable_groups (spec.routing): the groups the operator keeps "
+            "in the endpoint picker's pool; a drop with Ready groups means a group left for "
+            "its acceptance or a canary (kimik3_routing_changes_total, events GroupLeftRouting)."
+        )
+        .with_target(
+            target(
+                f'kimik3_deployment_routable_groups{{{ns}, name=~"$deployment"}}',
+                "{{namespace}}/{{name}}",
             )
         )
     )

@@ -72,5 +72,12 @@ def desired_children(
             build_scaled_object(spec, owner, scaling, prometheus_url, weight_bytes=weight_bytes)
         )
     if "routing" in parts:
-        children += routing_children(spec, owner, picker or PickerSettings(), gateway_api)
+        monitor = (
+            dict(pod_monitor_labels or {})
+            if wants_pod_monitor(spec) and pod_monitor_available
+            else None
+        )
+        children += routing_children(
+            spec, owner, picker or PickerSettings(), gateway_api, pod_monitor_labels=monitor
+        )
     return [with_spec_hash(child) for child in children]

@@ -7,6 +7,7 @@ of the pool's selector: the EPP itself runs unchanged, as its project ships it."
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -251,6 +252,23 @@ def build_picker_service(owner: Owner) -> dict[str, Any]:
     }
 
 
+def build_picker_pod_monitor(owner: Owner, labels: Mapping[str, str]) -> dict[str, Any]:
+    """The picker's own metrics (inference_pool_*, inference_extension_*), scraped like the
+    leaders', for the serving dashboard."""
+    meta = metadata(owner, names.endpoint_picker(owner.name), c.COMPONENT_EPP)
+    meta["labels"] = {**labels, **meta["labels"]}
+    return {
+        "apiVersion": f"{c.MONITORING_GROUP}/v1",
+        "kind": "PodMonitor",
+        "metadata": meta,
+        "spec": {
+            "selector": {"matchLabels": selector_labels(owner, c.COMPONENT_EPP)},
+            "podMetricsEndpoints": [{"port": "metrics", "path": "/metrics", "interval": "30s"}],
+            "podTargetLabels": [c.LABEL_INSTANCE],
+        },
+    }
+
+
 def build_http_route(spec: KimiK3DeploymentSpec, owner: Owner) -> dict[str, Any] | None:
     gateway = spec.routing.gateway if spec.routing is not None else None
     if gateway is None:
@@ -287,7 +305,11 @@ def build_http_route(spec: KimiK3DeploymentSpec, owner: Owner) -> dict[str, Any]
 
 
 def routing_children(
-    spec: KimiK3DeploymentSpec, owner: Owner, settings: PickerSettings, gateway_api: bool
+    spec: KimiK3DeploymentSpec,
+    owner: Owner,
+    settings: PickerSettings,
+    gateway_api: bool,
+    pod_monitor_labels: Mapping[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     """Every child of spec.routing, in the order they are applied (the picker's account,
     binding and config before its pods; the pool last but one, the route last)."""
@@ -301,5 +323,8 @@ def routing_children(
         build_picker_service(owner),
         build_inference_pool(spec, owner),
     ]
+    if pod_monitor_labels is not None:
+        # None: no PodMonitor CRD, or the spec asks for none (monitoring.podMonitor).
+        found.append(build_picker_pod_monitor(owner, pod_monitor_labels))
     route = build_http_route(spec, owner) if gateway_api else None
     return [*found, *([route] if route is not None else [])]

@@ -556,6 +556,7 @@ def _routing_refs(owner_name: str) -> list[Ref]:
         ("v1", "ConfigMap", picker),
         ("rbac.authorization.k8s.io/v1", "RoleBinding", picker),
         ("v1", "ServiceAccount", picker),
+        (f"{c.MONITORING_GROUP}/v1", "PodMonitor", picker),
     ]
 
 
@@ -585,11 +586,19 @@ def _routing(
     if gate.deploy:
         plan.apply(
             desired_children(
-                spec, snap.owner, parts=ROUTING, picker=snap.picker, gateway_api=snap.gateway_api
+                spec,
+                snap.owner,
+                parts=ROUTING,
+                picker=snap.picker,
+                gateway_api=snap.gateway_api,
+                pod_monitor_available=snap.pod_monitor_installed,
+                pod_monitor_labels=snap.pod_monitor_labels,
             )
         )
         if spec.routing.gateway is None:
             plan.delete_owned(route_ref)
+        if not spec.monitoring.pod_monitor:
+            plan.delete_owned(refs[-1])
     judged, failed = canary_groups(rollout_section)
     readings = snap.readings.acceptance
     rates = (

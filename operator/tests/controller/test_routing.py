@@ -125,6 +125,7 @@ def test_the_pool_selects_this_deployments_routable_leaders_and_names_its_picker
         "Deployment/k3-epp",
         "Service/k3-epp",
         "InferencePool/k3",
+        "PodMonitor/k3-epp",
     ):
         assert f"apply {child}" in made
     assert not any("HTTPRoute" in w for w in made), "no Gateway named"
