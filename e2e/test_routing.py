@@ -218,6 +218,14 @@ def test_the_picker_routes_to_the_least_loaded_leader_and_never_to_a_collapsed_g
             picker.tail,
         )
         assert not any(fleet.servers[w].served for w in workers), "a worker was picked"
+        # The pool gauges the serving dashboard reads, as the real picker names them.
+        wait_for(
+            lambda: 'inference_pool_ready_pods{name="k3"} 2' in picker.metrics_text(),
+            30,
+            "the picker's inference_pool_ready_pods",
+            picker.tail,
+        )
+        assert 'inference_pool_average_queue_size{name="k3"}' in picker.metrics_text()
 
         # Group 1's drafter collapses: it leaves the pool, though its queue is now the
         # shortest, with an event and a metric; its requests go to group 0.

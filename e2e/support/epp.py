@@ -229,6 +229,14 @@ class Picker:
             return True
         return False
 
+    def metrics_text(self) -> str:
+        try:
+            url = f"http://127.0.0.1:{self.metrics}/metrics"
+            with urllib.request.urlopen(url, timeout=5) as answer:
+                return str(answer.read().decode())
+        except OSError:
+            return ""
+
     def tail(self) -> str:
         return self.log.read_text()[-4000:] if self.log.exists() else ""
 
