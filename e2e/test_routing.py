@@ -252,9 +252,9 @@ def test_the_picker_routes_to_the_least_loaded_leader_and_never_to_a_collapsed_g
         ).stdout
         assert "group 1" in json.dumps(json.loads(events)["items"])
         left = (
-            f'kimik3_routing_changes_total{{namespace="{namespace}",name="{NAME}",change="left"}}'
+            f'kimik3_routing_changes_total{{change="left",name="{NAME}",namespace="{namespace}"}}'
         )
-        assert operator.metric(left) == 1.0
+        assert operator.metric(left) == 1.0, operator.metrics_text("kimik3_routing")
 
         # It recovers: back in the pool, and the requests follow the shorter queue again.
         fleet.servers[leaders[1]].leader = FakeLeader(per_position=GOOD, running=0)

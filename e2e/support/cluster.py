@@ -231,6 +231,15 @@ class OperatorProcess:
                     return float(line.split()[-1])
         return 0.0
 
+    def metrics_text(self, prefix: str = "") -> str:
+        """The lines of the running process's metrics that start with ``prefix``."""
+        import urllib.request
+
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as response:
+            lines = response.read().decode().splitlines()
+        return "\n".join(line for line in lines if line.startswith(prefix))
+
     def reconciles(self) -> float:
         """kimik3_reconciles_total{result="ok"} of the running process."""
         return self.metric('kimik3_reconciles_total{result="ok"}')

@@ -214,7 +214,7 @@ class Picker:
         env = {**os.environ, "KUBECONFIG": str(self.kubeconfig)}
         with open(self.log, "ab") as log:
             self.process = subprocess.Popen(
-                [str(tools_bin() / "epp"), *args, f"--kubeconfig={self.kubeconfig}"],
+                [str(tools_bin() / "epp"), *args],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env=env,

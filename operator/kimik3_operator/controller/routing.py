@@ -56,8 +56,7 @@ class LabelChange:
     pod: str
     group: int
     value: str  # "true" or "false"
-    # "joined" (a new leader's first label), "left", "rejoined", or "" (a starting pod's
-    # first "false": no change of routing).
+    # "joined" (a new leader's first label), "left" or "rejoined".
     change: str
 
 
@@ -173,12 +172,13 @@ def _label_changes(groups: Sequence[GroupInput], out: Mapping[int, str]) -> list
     changes = []
     for group in groups:
         want = "false" if group.index in out else "true"
-        if group.label == want:
+        if group.label == want or (want == "false" and not group.label):
+            # A leader that has never been routable needs no "false": the pool selects
+            # "true" only, and its first "true" is a join, not a return.
             continue
+        change = "left"
         if want == "true":
             change = "rejoined" if group.label == "false" else "joined"
-        else:
-            change = "left" if group.label == "true" else ""
         changes.append(LabelChange(group.leader, group.index, want, change))
     return changes
 

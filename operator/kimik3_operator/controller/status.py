@@ -77,6 +77,14 @@ def desired_status(
     current: Mapping[str, Any] = body.get("status") or {}
     generation = int(meta.get("generation", 0) or 0)
     conditions: list[dict[str, Any]] = [dict(x) for x in current.get("conditions", []) or []]
+    spec = parts.spec
+    # A feature the spec no longer asks for leaves no condition and no section behind.
+    gone = (
+        [(section, kind) for section, kind, on in _features(spec) if not on]
+        if spec is not None
+        else []
+    )
+    conditions = [x for x in conditions if x.get("type") not in {kind for _, kind in gone}]
     for condition in observation.conditions:
         conditions = set_condition(conditions, condition, generation, now)
     status: dict[str, Any] = {
@@ -121,6 +129,9 @@ def desired_status(
         status["autoscaling"] = dict(parts.autoscaling)
     if parts.routing is not None:
         status["routing"] = dict(parts.routing)
+    for section, _ in gone:
+        if section in current:
+            status[section] = None  # named in the patch, so the API server drops it
     if parts.gate is not None:
         status["capabilities"] = _keep_checked_at(
             current.get("capabilities") or {}, parts.gate.status
@@ -165,9 +176,21 @@ def status_delta(current: Mapping[str, Any], desired: Mapping[str, Any]) -> dict
     """The merge patch that turns the stored status into ``desired`` for the top-level fields
     it sets: only the fields that differ, and within an object the keys that differ. A merge
     patch keeps a nested key it does not name, so a key to drop is named with null (else
-    the stored object keeps it, differs for ever, and every resync writes again)."""
+    the stored object keeps it, differs for ever, and every resync writes again); a
+    top-level field ``desired`` sets to None is dropped where the stored status has it."""
+    dropped = {k: None for k, v in desired.items() if v is None and k in current}
     wanted = _without_nulls(desired)
-    return {k: _merge_patch(current.get(k), v) for k, v in wanted.items() if current.get(k) != v}
+    changed = {k: _merge_patch(current.get(k), v) for k, v in wanted.items() if current.get(k) != v}
+    return {**changed, **dropped}
+
+
+def _features(spec: KimiK3DeploymentSpec) -> list[tuple[str, str, bool]]:
+    """(status section, condition type, whether the spec asks for it) of each optional
+    feature whose section and condition describe only what the spec asks."""
+    return [
+        ("autoscaling", c.ConditionType.AUTOSCALING, spec.autoscaling is not None),
+        ("routing", c.ConditionType.ROUTING, spec.routing is not None),
+    ]
 
 
 def _without_nulls(value: Any) -> Any:

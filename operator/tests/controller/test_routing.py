@@ -171,7 +171,8 @@ def test_a_named_gateway_gets_an_http_route_to_the_pool() -> None:
 
 def test_ready_leaders_are_labelled_routable_and_starting_ones_not() -> None:
     decision = routed([leader(0), leader(1, ready=False)], rates={0: 0.7})
-    assert labels_written(decision) == {"k3-0": "true", "k3-1": "false"}
+    # The starting leader is left unlabelled: never routable yet, so no change to write.
+    assert labels_written(decision) == {"k3-0": "true"}
     assert said(decision, "Routing") == ("True", "GroupsOutOfRouting")
     assert decision.status["routing"]["notRoutable"] == [{"group": 1, "reason": "starting"}]
     assert decision.status["routing"]["routableGroups"] == 1
@@ -334,3 +335,17 @@ def test_bad_routing_is_refused_naming_the_field(routing: dict[str, Any], field:
     with pytest.raises(SpecError) as raised:
         parse_spec({**ROUTED, "routing": routing})
     assert raised.value.path == field
+
+
+def test_removing_routing_drops_its_condition_and_status() -> None:
+    first = routed([leader(0)])
+    assert "routing" in first.status
+    snap = snapshot(
+        {"parallelism": {"tensor": 8}, "replicas": 1},
+        status=first.status,
+        pods=(leader(0),),
+        pool_installed=True,
+    )
+    after = decide(snap)
+    assert after.status_patch.get("routing", "kept") is None
+    assert not [x for x in after.status["conditions"] if x["type"] == "Routing"]
