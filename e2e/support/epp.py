@@ -153,8 +153,12 @@ class ModelServer:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        ThreadingHTTPServer.daemon_threads = True
-        self._server = ThreadingHTTPServer((self.address, self.port), Handler)
+        class Server(ThreadingHTTPServer):
+            daemon_threads = True
+            # A burst of new connections (a benchmark's arrivals) is queued, not reset.
+            request_queue_size = 256
+
+        self._server = Server((self.address, self.port), Handler)
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
 
     def stop(self) -> None:

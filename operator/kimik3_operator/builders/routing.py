@@ -194,8 +194,12 @@ def build_picker_deployment(
         "spec": {
             "replicas": 1,
             "selector": {"matchLabels": selector_labels(owner, c.COMPONENT_EPP)},
-            # One picker at a time: it keeps per-request state (prefix cache) in memory.
-            "strategy": {"type": "Recreate"},
+            # A new picker is Ready before the old one goes: with failureMode FailClose, a
+            # gateway without a picker refuses every request.
+            "strategy": {
+                "type": "RollingUpdate",
+                "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+            },
             "template": {
                 "metadata": {"labels": pod_labels},
                 "spec": {
