@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import collections
 import json
+import subprocess
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+import yaml
 
 from e2e.support.chart import helm, install_chart, operator_as
 from e2e.support.cluster import (
@@ -314,6 +316,49 @@ def test_the_picker_routes_to_the_least_loaded_leader_and_never_to_a_collapsed_g
         )
         log = operator.log.read_text()
         assert "Forbidden" not in log and "denied" not in log, log[-3000:]
+
+        # The chart's fence around the operator's token: of a pod only the routable label,
+        # and a Deployment only of the picker's image.
+        def as_operator(*args: str, manifest: dict[str, Any] | None = None) -> str:
+            result = subprocess.run(
+                [str(cluster.bin_dir / "kubectl"), "--kubeconfig", str(operator.kubeconfig), *args],
+                input=yaml.safe_dump(manifest) if manifest else None,
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+            )
+            return result.stdout + result.stderr
+
+        pod = f"{NAME}-0"
+        assert "changes only the label serving.kimik3.io/routable" in as_operator(
+            "label", "pod", pod, "-n", namespace, "team=other", "--overwrite"
+        )
+        assert "Forbidden" not in as_operator(
+            "label", "pod", pod, "-n", namespace, "serving.kimik3.io/routable=true", "--overwrite"
+        )
+        picker_deployment = cluster.get("deployment", f"{NAME}-epp", namespace) or {}
+        other = {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {
+                "name": f"{NAME}-epp",
+                "namespace": namespace,
+                "labels": picker_deployment["metadata"]["labels"],
+            },
+            "spec": {**picker_deployment["spec"]},
+        }
+        other["spec"]["template"]["spec"]["containers"][0]["image"] = "example.com/miner:1"
+        assert "run only the endpoint picker's image" in as_operator(
+            "apply",
+            "--server-side",
+            "--dry-run=server",
+            "--force-conflicts",
+            "--field-manager=kimik3-operator",
+            "-f",
+            "-",
+            manifest=other,
+        )
     finally:
         if gateway is not None:
             gateway.stop()
