@@ -37,7 +37,9 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "operator"))
 
+import urllib.error  # noqa: E402
 import urllib.request  # noqa: E402
+from collections import Counter  # noqa: E402
 
 from e2e.support.cluster import (  # noqa: E402
     Cluster,
@@ -160,6 +162,9 @@ def drained(servers: list[ModelServer]) -> None:
     wait_for(lambda: all(s.held == 0 for s in servers), 600, "the queues to drain")
 
 
+FAILURES: Counter[str] = Counter()
+
+
 def post(url: str) -> bool:
     body = f'{{"model": "moonshotai/Kimi-K3", "prompt": "{uuid.uuid4().hex}", "max_tokens": 64}}'
     request = urllib.request.Request(
@@ -169,7 +174,11 @@ def post(url: str) -> bool:
         with urllib.request.urlopen(request, timeout=120) as answer:
             answer.read()
             return answer.status == 200
-    except OSError:
+    except urllib.error.HTTPError as err:
+        FAILURES[f"{err.code} {err.read()[:120].decode(errors='replace').strip()}"] += 1
+        return False
+    except OSError as err:
+        FAILURES[type(err).__name__ + ": " + str(err)[:80]] += 1
         return False
 
 
@@ -253,6 +262,8 @@ def main() -> int:
             f"{name:<44} {quantile(latencies, 0.5):>8.2f}s {quantile(latencies, 0.99):>8.2f}s "
             f"{len(latencies) / spent:>7.1f} {failures:>7}"
         )
+    if FAILURES:
+        print("failed requests, by answer: " + "; ".join(f"{n} x {k}" for k, n in FAILURES.items()))
     ours = quantile(results["endpoint picker, acceptance-gated (ours)"][0], 0.99)
     print(f"\np99 ours / plain Service: {ours / plain_p99:.2f} (goal 0.5 or less)")
     mean = statistics.mean(results["endpoint picker, every group"][0] or [float("nan")])
