@@ -122,6 +122,18 @@ def _autoscaling_lines(status: Mapping[str, Any]) -> list[str]:
     ]
 
 
+def _routing_lines(status: Mapping[str, Any]) -> list[str]:
+    """How many groups the endpoint picker may route to, and why the others may not."""
+    routing: Mapping[str, Any] = status.get("routing") or {}
+    if not routing:
+        return []
+    lines = ["", f"Routing: {routing.get('routableGroups', '?')} group(s) routable"]
+    for out in routing.get("notRoutable") or []:
+        if isinstance(out, Mapping):
+            lines.append(f"  group {out.get('group')}  out: {out.get('reason')}")
+    return lines
+
+
 def render_status(body: Mapping[str, Any]) -> str:
     meta = body.get("metadata", {})
     status: Mapping[str, Any] = body.get("status") or {}
@@ -142,6 +154,7 @@ def render_status(body: Mapping[str, Any]) -> str:
         )
     lines += _admission_lines(status)
     lines += _autoscaling_lines(status)
+    lines += _routing_lines(status)
     lines += _startup_lines(status)
     lines += _rollout_lines(status)
     speculative: Mapping[str, Any] = status.get("speculative") or {}

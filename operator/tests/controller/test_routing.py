@@ -349,3 +349,15 @@ def test_removing_routing_drops_its_condition_and_status() -> None:
     after = decide(snap)
     assert after.status_patch.get("routing", "kept") is None
     assert not [x for x in after.status["conditions"] if x["type"] == "Routing"]
+
+
+def test_kimik3_status_shows_the_routable_groups_and_why_others_are_out() -> None:
+    from kimik3_operator.status_view import render_status
+
+    pods = [leader(0, label="true"), leader(1, label="true"), leader(2, label="true")]
+    decision = routed(pods, rates={0: 0.7, 1: 0.72, 2: 0.1})
+    shown = render_status(
+        {"metadata": {"name": "k3", "namespace": "llm"}, "status": decision.status}
+    )
+    assert "Routing: 2 group(s) routable" in shown
+    assert "group 2  out: acceptance 0.10" in shown
