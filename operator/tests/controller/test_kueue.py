@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from test_decide import LWS, said, snapshot, written
+from decide_support import LWS, said, snapshot, written
 
 from conftest import spec_of
 from kimik3_operator.api import constants as c

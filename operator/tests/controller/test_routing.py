@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from test_decide import owned, said, snapshot, written
+from decide_support import owned, said, snapshot, written
 
 from conftest import spec_of
 from kimik3_operator.api import constants as c

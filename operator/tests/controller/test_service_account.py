@@ -4,7 +4,7 @@ refused, naming the allowed ones, before any child otherwise."""
 from __future__ import annotations
 
 import pytest
-from test_decide import LWS, said, snapshot
+from decide_support import LWS, said, snapshot
 
 from kimik3_operator.config import Settings, SettingsError
 from kimik3_operator.controller.decide import decide
