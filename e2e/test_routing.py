@@ -88,8 +88,10 @@ def spec(replicas: int) -> dict[str, Any]:
         "replicas": replicas,
         "drafter": {"method": "dspark"},
         "engine": {"image": "vllm/vllm-openai:v0.33.0"},
-        # Two nodes per group: each group has a worker, which must never be picked.
-        "parallelism": {"tensor": 16},
+        # Two nodes per group: each group has a worker, which must never be picked. Two GPUs
+        # a pod, so the test fits beside what other tests of the tier still hold.
+        "parallelism": {"tensor": 4},
+        "placement": {"gpusPerNode": 2},
         "preflight": {"probe": False},
         "routing": {"maxAcceptanceDrop": 0.5},
     }
@@ -175,7 +177,7 @@ def test_the_picker_routes_to_the_least_loaded_leader_and_never_to_a_collapsed_g
                 and cluster.get("deployment", f"{NAME}-epp", namespace) is not None
                 and len(fleet.sync(cluster, namespace)) == 4
             ),
-            120,
+            180,
             "two groups of two pods, and the picker's Deployment",
             lambda: json.dumps((cluster.get("kk3d", NAME, namespace) or {}).get("status"))[-3000:],
         )
@@ -374,7 +376,6 @@ def test_removing_routing_removes_the_pool_and_the_picker(
 ) -> None:
     _, namespace, _ = routed_operator
     routed = spec(1)
-    routed["parallelism"] = {"tensor": 8}
     routed["routing"] = {"gateway": {"name": "inference"}}
     cluster.apply(kimi(NAME, **routed), namespace)
     eventually(

@@ -627,7 +627,20 @@ def _routing_groups(
     snap: Snapshot, spec: KimiK3DeploymentSpec, rates: Mapping[int, float]
 ) -> tuple[GroupInput, ...]:
     """Each group's leader: only pods the LeaderWorkerSet's leader StatefulSet controls (a
-    namespace user's pod with our labels is never labelled), one per group index."""
+    namespace user's pod with our labels is never labelled), one per group index. A group is
+    ready when all its pods are: a leader whose workers are missing or not Ready cannot
+    serve, whatever its own probe says."""
+    ready_pods: dict[str, int] = {}
+    for pod in snap.pods:
+        meta = pod.get("metadata") or {}
+        labels = meta.get("labels") or {}
+        if (
+            labels.get(c.LABEL_COMPONENT) in (c.COMPONENT_LEADER, c.COMPONENT_WORKER)
+            and not meta.get("deletionTimestamp")
+            and pod_ready(pod)
+        ):
+            index = str(labels.get(c.LWS_GROUP_INDEX_LABEL, ""))
+            ready_pods[index] = ready_pods.get(index, 0) + 1
     chosen: dict[int, GroupInput] = {}
     for pod in snap.pods:
         meta = pod.get("metadata") or {}
@@ -646,7 +659,7 @@ def _routing_groups(
             GroupInput(
                 index=group,
                 leader=str(meta.get("name")),
-                ready=pod_ready(pod),
+                ready=pod_ready(pod) and ready_pods.get(index, 0) >= spec.nodes_per_replica,
                 label=str(labels.get(c.LABEL_ROUTABLE, "")),
                 acceptance=rates.get(group),
             ),

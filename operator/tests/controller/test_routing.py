@@ -361,3 +361,25 @@ def test_kimik3_status_shows_the_routable_groups_and_why_others_are_out() -> Non
     )
     assert "Routing: 2 group(s) routable" in shown
     assert "group 2  out: acceptance 0.10" in shown
+
+
+def worker(group: int, ready: bool = True) -> dict[str, Any]:
+    pod = leader(group, ready)
+    pod["metadata"]["name"] = f"k3-{group}-1"
+    pod["metadata"]["labels"][c.LABEL_COMPONENT] = c.COMPONENT_WORKER
+    pod["metadata"]["ownerReferences"] = [
+        {"kind": "StatefulSet", "name": f"k3-{group}", "controller": True}
+    ]
+    return pod
+
+
+def test_a_group_serves_only_with_every_pod_ready() -> None:
+    """Two nodes a group: a Ready leader whose worker is missing or not Ready is starting."""
+    two_nodes = {"parallelism": {"tensor": 16}}
+    pods = [leader(0), worker(0), leader(1), worker(1, ready=False), leader(2)]
+    decision = routed(pods, extra={**two_nodes, "replicas": 3})
+    assert labels_written(decision) == {"k3-0": "true"}
+    assert decision.status["routing"]["notRoutable"] == [
+        {"group": 1, "reason": "starting"},
+        {"group": 2, "reason": "starting"},
+    ]
