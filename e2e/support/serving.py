@@ -93,6 +93,10 @@ def serving_spec(node: RealNode) -> dict[str, Any]:
             "image": VLLM_CPU_IMAGE,
             "version": "0.32.0",
             "maxModelLen": 512,
+            # vLLM's CPU build keeps an fp8 KV cache only on x86 with AVX-512 or AMX ("FP8 KV
+            # cache on CPU requires x86 with AVX-512 or AMX" at engine start): the default
+            # fp8 is for GPUs, and a CPU without either (an AVX2-only EPYC) must run "auto".
+            "kvCacheDtype": "auto",
             "extraArgs": ["--enforce-eager"],
             # vLLM's CPU build binds its memory to a NUMA node (set_mempolicy), which the
             # RuntimeDefault seccomp profile allows only with CAP_SYS_NICE.
