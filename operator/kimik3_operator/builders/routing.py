@@ -16,7 +16,13 @@ import yaml
 from kimik3_operator.api import constants as c
 from kimik3_operator.api import names
 from kimik3_operator.api.spec import KimiK3DeploymentSpec
-from kimik3_operator.builders.common import Owner, labels, metadata, selector_labels
+from kimik3_operator.builders.common import (
+    Owner,
+    job_placement,
+    labels,
+    metadata,
+    selector_labels,
+)
 
 GRPC_PORT: Final = 9002
 HEALTH_PORT: Final = 9003
@@ -216,22 +222,11 @@ def build_picker_deployment(
                         {"name": "config", "configMap": {"name": name}},
                         {"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}},
                     ],
-                    **_placement(spec),
+                    **job_placement(spec),
                 },
             },
         },
     }
-
-
-def _placement(spec: KimiK3DeploymentSpec) -> dict[str, Any]:
-    """The picker runs where the Jobs do: a CPU node (spec.placement.jobs)."""
-    jobs = spec.placement.jobs
-    found: dict[str, Any] = {}
-    if jobs.node_selector:
-        found["nodeSelector"] = dict(jobs.node_selector)
-    if jobs.tolerations:
-        found["tolerations"] = [dict(t) for t in jobs.tolerations]
-    return found
 
 
 def build_picker_service(owner: Owner) -> dict[str, Any]:
