@@ -84,6 +84,21 @@ DEFAULT_EPP_CLUSTER_ROLE: Final = "kimik3-operator-endpoint-picker"
 # On a leader pod: the operator's word that its group takes requests (the pool selects it).
 LABEL_ROUTABLE: Final = f"{GROUP}/routable"
 
+# LeaderWorkerSet's DisaggregatedSet (v0.9.0 on): spec.disaggregation makes one, whose
+# controller makes a LeaderWorkerSet per role, <set>-<revision>-<role>.
+DS_GROUP: Final = "disaggregatedset.x-k8s.io"
+DS_VERSION: Final = "v1"
+DS_PLURAL: Final = "disaggregatedsets"
+DS_CRD: Final = f"{DS_PLURAL}.{DS_GROUP}"
+DS_NAME_LABEL: Final = f"{DS_GROUP}/name"
+DS_ROLE_LABEL: Final = f"{DS_GROUP}/role"
+# On a serving pod of a disaggregated deployment: prefill or decode (and llm-d's key, which
+# its P/D router selects by).
+LABEL_ROLE: Final = f"{GROUP}/role"
+LLM_D_ROLE_LABEL: Final = "llm-d.ai/role"
+# vLLM's NIXL side channel: the port the decode side's handshake asks the prefill side on.
+NIXL_SIDE_CHANNEL_PORT: Final = 5600
+
 MONITORING_GROUP: Final = "monitoring.coreos.com"
 PODMONITOR_CRD: Final = f"podmonitors.{MONITORING_GROUP}"
 
@@ -122,6 +137,12 @@ class ConditionType(StrEnum):
     # With spec.routing: whether the endpoint picker routes to every Ready group, or what
     # keeps a group out or the picker from routing.
     ROUTING = "Routing"
+    # With spec.disaggregation: whether both roles' groups are ready (the message says each
+    # role's count and what holds it).
+    DISAGGREGATED = "Disaggregated"
+    # With spec.disaggregation and a drafter: whether the decode groups accept drafts as the
+    # prefill groups do (a transfer that loses the drafter's state shows here first).
+    TRANSFER_INTEGRITY = "TransferIntegrity"
 
 
 @unique
@@ -201,6 +222,19 @@ class Reason(StrEnum):
     POOL_NOT_ACCEPTED = "PoolNotAccepted"
     GROUP_LEFT_ROUTING = "GroupLeftRouting"
     GROUP_REJOINED_ROUTING = "GroupRejoinedRouting"
+    # Disaggregated: both roles ready; a role starting or short of groups; the
+    # DisaggregatedSet CRD absent. TransferIntegrity: decode accepts as prefill does; decode
+    # accepts far less (the drafter's state is lost in the transfer); too few drafts yet
+    ROLES_READY = "RolesReady"
+    ROLE_NOT_READY = "RoleNotReady"
+    DISAGGREGATED_SET_NOT_INSTALLED = "DisaggregatedSetNotInstalled"
+    TRANSFER_INTACT = "TransferIntact"
+    DRAFTER_STATE_NOT_TRANSFERRED = "DrafterStateNotTransferred"
+    AWAITING_DRAFTS = "AwaitingDrafts"
+    # Preflight of a prefill/decode pair: the two roles cannot hand over the KV cache
+    # (connector absent, compatibility hash, tensor-parallel direction, pipeline), or can
+    KV_TRANSFER_INCOMPATIBLE = "KVTransferIncompatible"
+    KV_TRANSFER_COMPATIBLE = "KVTransferCompatible"
     # Preflight (CapabilitiesVerified, DrafterPaired) and the image probe
     ARCHITECTURE_NOT_REGISTERED = "ArchitectureNotRegistered"
     ARCHITECTURE_REGISTERED = "ArchitectureRegistered"
@@ -315,6 +349,15 @@ OWNED_FLAGS: Final = (
     "--spec-model",
     "--spec-tokens",
     "--config",
+    "--data-parallel-size",
+    "-dp",
+)
+# With spec.disaggregation the operator also writes the KV transfer: these are refused in
+# extraArgs there (elsewhere a KV connector for offloading is the user's to set).
+TRANSFER_FLAGS: Final = (
+    "--kv-transfer-config",
+    "--disable-hybrid-kv-cache-manager",
+    "--no-disable-hybrid-kv-cache-manager",
 )
 
 # A container waiting for its image with one of these will not start by itself.

@@ -9,7 +9,7 @@ equal to them and the end-to-end tests run the spellings against the real API se
 
 from __future__ import annotations
 
-from kimik3_operator.api.constants import OWNED_FLAGS
+from kimik3_operator.api.constants import OWNED_FLAGS, TRANSFER_FLAGS
 
 
 def flag_name(arg: str) -> str | None:
@@ -26,6 +26,14 @@ def owned_flag(arg: str) -> str | None:
     if name is None:
         return None
     return next((flag for flag in OWNED_FLAGS if flag.startswith(name)), None)
+
+
+def transfer_flag(arg: str) -> str | None:
+    """The KV-transfer flag ``arg`` would set (exactly or abbreviated), or None."""
+    name = flag_name(arg)
+    if name is None:
+        return None
+    return next((flag for flag in TRANSFER_FLAGS if flag.startswith(name)), None)
 
 
 def owned_flag_rules() -> tuple[str, str]:

@@ -30,6 +30,7 @@ KINDS: Final[dict[str, Kind]] = {
     for kind in (
         Kind(c.KIND, c.API_VERSION, c.PLURAL),
         Kind("LeaderWorkerSet", f"{c.LWS_GROUP}/{c.LWS_VERSION}", c.LWS_PLURAL),
+        Kind("DisaggregatedSet", f"{c.DS_GROUP}/{c.DS_VERSION}", c.DS_PLURAL),
         Kind("PodMonitor", f"{c.MONITORING_GROUP}/v1", "podmonitors"),
         Kind("ScaledObject", f"{c.KEDA_GROUP}/{c.KEDA_VERSION}", "scaledobjects"),
         Kind("InferencePool", f"{c.INFERENCE_GROUP}/{c.INFERENCE_VERSION}", "inferencepools"),
@@ -57,6 +58,7 @@ CHILDREN: Final[tuple[Kind, ...]] = tuple(
     KINDS[name]
     for name in (
         "LeaderWorkerSet",
+        "DisaggregatedSet",
         "Service",
         "PodMonitor",
         "ScaledObject",

@@ -62,6 +62,23 @@ def leader_worker_set(name: str) -> str:
     return name
 
 
+# The DisaggregatedSet's controller names each role's LeaderWorkerSet
+# <set>-<8-character revision>-<role>, which must fit where the deployment's own
+# LeaderWorkerSet's name does (MAX_NAME_LENGTH).
+DS_REVISION = 8
+LONGEST_ROLE = len("prefill")
+MAX_SET_NAME = MAX_NAME_LENGTH - 1 - DS_REVISION - 1 - LONGEST_ROLE
+
+
+def disaggregated_set(name: str) -> str:
+    """The deployment's name, or where it is too long for the role's LeaderWorkerSets, the
+    name cut short with a hash of all of it."""
+    if len(name) <= MAX_SET_NAME:
+        return name
+    keep = MAX_SET_NAME - len(_short(name)) - 1
+    return f"{name[:keep].rstrip('-')}-{_short(name)}"
+
+
 def service(name: str) -> str:
     return name
 

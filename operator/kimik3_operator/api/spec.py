@@ -3,12 +3,15 @@ paired drafter (resolved once per parse; ``api/parse.py`` makes it from the reso
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from functools import cached_property
 
 from kimik3_operator.api.pairing import ResolvedDrafter, resolve_drafter
 from kimik3_operator.api.types import (
     AutoscalingSpec,
+    DisaggregatedRole,
+    DisaggregationSpec,
     DrafterSpec,
     EngineSpec,
     ModelSpec,
@@ -37,6 +40,7 @@ class KimiK3DeploymentSpec:
     scheduling: SchedulingSpec = field(default_factory=SchedulingSpec)
     autoscaling: AutoscalingSpec | None = None
     routing: RoutingSpec | None = None
+    disaggregation: DisaggregationSpec | None = None
     resources: ResourcesSpec = field(default_factory=ResourcesSpec)
     service: ServiceSpec = field(default_factory=ServiceSpec)
     pod: ServingPodSpec = field(default_factory=ServingPodSpec)
@@ -55,7 +59,8 @@ class KimiK3DeploymentSpec:
 
     @property
     def gpus_per_replica(self) -> int:
-        return self.parallelism.tensor * self.parallelism.pipeline
+        par = self.parallelism
+        return par.tensor * par.pipeline * par.data
 
     @property
     def nodes_per_replica(self) -> int:
@@ -85,6 +90,29 @@ class KimiK3DeploymentSpec:
     def routed(self) -> bool:
         """Whether an endpoint picker routes the requests (spec.routing)."""
         return self.routing is not None
+
+    @property
+    def disaggregated(self) -> bool:
+        """Whether prefill and decode run in groups of their own (spec.disaggregation)."""
+        return self.disaggregation is not None
+
+    def role_spec(self, role: DisaggregatedRole) -> KimiK3DeploymentSpec:
+        """The spec one side of the pair is built from: its groups, parallelism, resources
+        and engine arguments in place of the deployment's; the rest is the deployment's."""
+        disaggregation = self.disaggregation
+        if disaggregation is None:
+            return self
+        side = disaggregation.role(role)
+        engine = dataclasses.replace(
+            self.engine, extra_args=(*self.engine.extra_args, *side.extra_args)
+        )
+        return dataclasses.replace(
+            self,
+            replicas=side.replicas,
+            parallelism=side.parallelism or self.parallelism,
+            resources=side.resources or self.resources,
+            engine=engine,
+        )
 
     @property
     def speculative(self) -> bool:

@@ -158,6 +158,9 @@ class ParallelismSpec:
     pipeline: int = 1
     decode_context: int = 1
     expert: bool = False
+    # vLLM's data-parallel engines in one group (--data-parallel-size), each tensor x
+    # pipeline GPUs: the decode side of Kimi-K3's P/D recipe.
+    data: int = 1
 
 
 @dataclass(frozen=True)
@@ -265,6 +268,38 @@ class ResourcesSpec:
 
 # The user the serving pods run as when non-root and none is named (vLLM's images name none).
 DEFAULT_USER = 1000
+
+
+KvConnector = Literal["Nixl"]
+DisaggregatedRole = Literal["prefill", "decode"]
+DISAGGREGATED_ROLES: tuple[DisaggregatedRole, ...] = ("prefill", "decode")
+
+
+@dataclass(frozen=True)
+class RoleSpec:
+    """One side of a prefill/decode pair: its groups, and what it changes of the
+    deployment's parallelism, resources and engine arguments (None: the deployment's)."""
+
+    replicas: int = 1
+    parallelism: ParallelismSpec | None = None
+    resources: ResourcesSpec | None = None
+    extra_args: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class DisaggregationSpec:
+    """Prefill and decode in separate groups, the KV cache carried from one to the other
+    by a vLLM KV connector: one DisaggregatedSet of two roles."""
+
+    prefill: RoleSpec = field(default_factory=RoleSpec)
+    decode: RoleSpec = field(default_factory=RoleSpec)
+    connector: KvConnector = "Nixl"
+    # The decode groups' acceptance this fraction under the deployment's baseline is a
+    # transfer that lost the drafter's state.
+    max_acceptance_drop: float = 0.2
+
+    def role(self, name: DisaggregatedRole) -> RoleSpec:
+        return self.prefill if name == "prefill" else self.decode
 
 
 @dataclass(frozen=True)

@@ -14,9 +14,17 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from kimik3_operator.api import constants as c
+from kimik3_operator.api.flags import owned_flag, transfer_flag
+from kimik3_operator.api.names import MAX_REPLICAS
 from kimik3_operator.api.quantities import quantity_bytes
 from kimik3_operator.api.spec import KimiK3DeploymentSpec
-from kimik3_operator.api.types import SpecError, duration_seconds, json_name
+from kimik3_operator.api.types import (
+    DISAGGREGATED_ROLES,
+    ParallelismSpec,
+    SpecError,
+    duration_seconds,
+    json_name,
+)
 
 PERCENT = re.compile(r"^[0-9]+%$")
 # The CRD's patterns for spec.model.architecture and spec.drafter.source.pvc.path.
@@ -116,6 +124,7 @@ def errors(spec: KimiK3DeploymentSpec) -> list[SpecError]:
         ("tensor", par.tensor),
         ("pipeline", par.pipeline),
         ("decodeContext", par.decode_context),
+        ("data", par.data),
     ):
         if value < 1:
             found.append(SpecError(f"spec.parallelism.{name}", value, "must be at least 1"))
@@ -211,6 +220,7 @@ def errors(spec: KimiK3DeploymentSpec) -> list[SpecError]:
     found += _scheduling_errors(spec)
     found += _autoscaling_errors(spec)
     found += _routing_errors(spec)
+    found += _disaggregation_errors(spec)
     for path, text in _strings(spec, "spec"):
         if CONTROL.search(text):
             found.append(SpecError(path, text[:80], "contains a control character", "remove it"))
@@ -757,4 +767,107 @@ def _routing_errors(spec: KimiK3DeploymentSpec) -> list[SpecError]:
                     "is not a listener's name (DNS-1123 label)",
                 )
             )
+    return found
+
+
+def _data_parallel_error(par: ParallelismSpec, gpus_per_node: int, path: str) -> SpecError | None:
+    """vLLM's data-parallel engines of one group are started by one leader here: a group of
+    more than one engine stays on one node."""
+    gpus = par.tensor * par.pipeline * par.data
+    if par.data > 1 and gpus > gpus_per_node:
+        return SpecError(
+            f"{path}.data",
+            par.data,
+            f"makes a group of {gpus} GPUs (tensor x pipeline x data), more than one node's "
+            f"{gpus_per_node}; data-parallel engines of one group run on one node",
+            "lower data or tensor, or serve more groups (replicas) instead",
+        )
+    return None
+
+
+def _disaggregation_errors(spec: KimiK3DeploymentSpec) -> list[SpecError]:
+    found: list[SpecError] = []
+    error = _data_parallel_error(spec.parallelism, spec.placement.gpus_per_node, "spec.parallelism")
+    if error is not None:
+        found.append(error)
+    disaggregation = spec.disaggregation
+    if disaggregation is None:
+        return found
+    path = "spec.disaggregation"
+    for other, present in (
+        ("spec.rollout.canary", spec.rollout.canary is not None),
+        ("spec.autoscaling", spec.autoscaling is not None),
+        ("spec.routing", spec.routing is not None),
+    ):
+        if present:
+            found.append(
+                SpecError(
+                    other,
+                    "set",
+                    "cannot be combined with spec.disaggregation: the DisaggregatedSet rolls "
+                    "both roles together, and the roles have their own replicas",
+                    f"remove {other} or spec.disaggregation",
+                )
+            )
+    if not 0 < disaggregation.max_acceptance_drop < 1:
+        found.append(
+            SpecError(
+                f"{path}.maxAcceptanceDrop",
+                disaggregation.max_acceptance_drop,
+                "is a fraction of the prefill groups' acceptance: more than 0, less than 1",
+            )
+        )
+    for index, arg in enumerate(spec.engine.extra_args):
+        flag = transfer_flag(arg)
+        if flag is not None:
+            found.append(
+                SpecError(
+                    f"spec.engine.extraArgs[{index}]",
+                    arg[:80],
+                    f"sets {flag}, which the operator writes for each role of spec.disaggregation",
+                    "remove it; spec.disaggregation.connector chooses the connector",
+                )
+            )
+    for role in DISAGGREGATED_ROLES:
+        side = disaggregation.role(role)
+        where = f"{path}.{role}"
+        if not 0 <= side.replicas <= MAX_REPLICAS:
+            found.append(
+                SpecError(f"{where}.replicas", side.replicas, f"must be 0 to {MAX_REPLICAS}")
+            )
+        par = side.parallelism
+        if par is not None:
+            for name, value in (
+                ("tensor", par.tensor),
+                ("pipeline", par.pipeline),
+                ("decodeContext", par.decode_context),
+                ("data", par.data),
+            ):
+                if value < 1:
+                    found.append(
+                        SpecError(f"{where}.parallelism.{name}", value, "must be at least 1")
+                    )
+            error = _data_parallel_error(par, spec.placement.gpus_per_node, f"{where}.parallelism")
+            if error is not None:
+                found.append(error)
+        if side.resources is not None and not QUANTITY.match(side.resources.shared_memory):
+            found.append(
+                SpecError(
+                    f"{where}.resources.sharedMemory",
+                    side.resources.shared_memory,
+                    "is not a memory quantity",
+                    'write it as 64Gi or "64G"',
+                )
+            )
+        for index, arg in enumerate(side.extra_args):
+            flag = owned_flag(arg) or transfer_flag(arg)
+            if flag is not None:
+                found.append(
+                    SpecError(
+                        f"{where}.extraArgs[{index}]",
+                        arg[:80],
+                        f"sets {flag}, which the operator generates from the spec",
+                        "use the matching spec field (this role's parallelism, the connector)",
+                    )
+                )
     return found

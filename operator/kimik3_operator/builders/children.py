@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from kimik3_operator.api.spec import KimiK3DeploymentSpec
 from kimik3_operator.builders.common import Owner, with_spec_hash
+from kimik3_operator.builders.disaggregation import build_disaggregated_set
 from kimik3_operator.builders.leaderworkerset import NO_ROLLOUT, Rollout, build_leader_worker_set
 from kimik3_operator.builders.model_cache import (
     build_cache_claim,
@@ -26,8 +27,9 @@ from kimik3_operator.builders.service import build_service
 
 # probe: the image probe's ConfigMap and Job; cache: the model cache's claim (unless the
 # user names one), the download script's ConfigMap and the download Job; groups: the
-# LeaderWorkerSet; serving: its Service and PodMonitor; scaling: KEDA's ScaledObject;
-# routing: the InferencePool, its endpoint picker and the HTTPRoute.
+# LeaderWorkerSet (with spec.disaggregation, the DisaggregatedSet); serving: its Service and
+# PodMonitor; scaling: KEDA's ScaledObject; routing: the InferencePool, its endpoint picker
+# and the HTTPRoute.
 Part = Literal["probe", "cache", "groups", "serving", "scaling", "routing"]
 ALL_PARTS: tuple[Part, ...] = ("probe", "cache", "groups", "serving", "scaling", "routing")
 
@@ -57,7 +59,9 @@ def desired_children(
             build_download_config_map(owner),
             build_download_job(spec, owner),
         ]
-    if "groups" in parts:
+    if "groups" in parts and spec.disaggregated:
+        children.append(build_disaggregated_set(spec, owner, weight_bytes))
+    elif "groups" in parts:
         children.append(
             build_leader_worker_set(
                 spec, owner, spec.paired_drafter, weight_bytes, rollout, admission_held

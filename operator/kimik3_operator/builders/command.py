@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Literal
 
 from kimik3_operator.api.pairing import ResolvedDrafter
@@ -17,6 +18,35 @@ LEADER_ADDRESS = "$(LWS_LEADER_ADDRESS)"
 WORKER_INDEX = "$(LWS_WORKER_INDEX)"
 
 
+# spec.disaggregation.connector -> vLLM's connector class.
+CONNECTOR_CLASSES = {"Nixl": "NixlConnector"}
+KV_ROLES = {"prefill": "kv_producer", "decode": "kv_consumer"}
+
+
+@dataclass(frozen=True)
+class Transfer:
+    """One side of a prefill/decode pair, as its command line and environment say it."""
+
+    role: Literal["prefill", "decode"]
+    connector: str = "Nixl"
+
+    def args(self) -> list[str]:
+        config = {
+            "kv_connector": CONNECTOR_CLASSES[self.connector],
+            "kv_role": KV_ROLES[self.role],
+            # The KV cache moves GPU to GPU (UCX); "cpu" stages it through host memory.
+            "kv_buffer_device": "cuda",
+        }
+        # Explicit, so that a configuration vLLM cannot run it in is refused at start-up
+        # instead of served with the hybrid KV-cache manager silently off: a hybrid model's
+        # recurrent state moves only with it (a model that is not hybrid is not changed).
+        return [
+            "--kv-transfer-config",
+            json.dumps(config, separators=(",", ":"), sort_keys=True),
+            "--no-disable-hybrid-kv-cache-manager",
+        ]
+
+
 def model_location(spec: KimiK3DeploymentSpec) -> str:
     pvc = spec.model.source.pvc
     if pvc is None:
@@ -28,8 +58,10 @@ def serve_args(
     spec: KimiK3DeploymentSpec,
     drafter: ResolvedDrafter | None,
     role: Role,
+    transfer: Transfer | None = None,
 ) -> list[str]:
-    """Arguments after ``vllm serve``; workers differ only in rank and ``--headless``."""
+    """Arguments after ``vllm serve``; workers differ only in rank and ``--headless``; a
+    side of a prefill/decode pair adds its KV transfer."""
     par = spec.parallelism
     args = [model_location(spec), "--served-model-name", spec.served_model_name]
     if spec.model.source.pvc is None:
@@ -42,6 +74,8 @@ def serve_args(
     ]
     if par.decode_context > 1:
         args += ["--decode-context-parallel-size", str(par.decode_context)]
+    if par.data > 1:
+        args += ["--data-parallel-size", str(par.data)]
     if par.expert:
         args.append("--enable-expert-parallel")
     if spec.nodes_per_replica > 1:
@@ -74,12 +108,17 @@ def serve_args(
     if drafter is not None:
         config = json.dumps(drafter.speculative_config(), separators=(",", ":"), sort_keys=True)
         args += ["--speculative-config", config]
+    if transfer is not None:
+        args += transfer.args()
     args += list(spec.engine.extra_args)
     return args
 
 
 def expanded_serve_args(
-    spec: KimiK3DeploymentSpec, drafter: ResolvedDrafter | None, role: Role
+    spec: KimiK3DeploymentSpec,
+    drafter: ResolvedDrafter | None,
+    role: Role,
+    transfer: Transfer | None = None,
 ) -> list[str]:
     """The arguments as the kubelet hands them to vLLM, with LWS's variables filled in (the
     worker as rank 1): what the image probe parses."""
@@ -88,7 +127,7 @@ def expanded_serve_args(
         LEADER_ADDRESS: "leader.invalid",
         WORKER_INDEX: "1",
     }
-    return [values.get(arg, arg) for arg in serve_args(spec, drafter, role)]
+    return [values.get(arg, arg) for arg in serve_args(spec, drafter, role, transfer)]
 
 
 def _number(value: float) -> str:

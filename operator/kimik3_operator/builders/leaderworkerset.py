@@ -17,7 +17,7 @@ from kimik3_operator.api import names
 from kimik3_operator.api.pairing import ResolvedDrafter
 from kimik3_operator.api.quantities import decimal_quantity, quantity_bytes
 from kimik3_operator.api.spec import KimiK3DeploymentSpec
-from kimik3_operator.builders.command import MODEL_MOUNT, SERVE, Role, serve_args
+from kimik3_operator.builders.command import MODEL_MOUNT, SERVE, Role, Transfer, serve_args
 from kimik3_operator.builders.common import (
     SERVING_TMP_SIZE,
     Owner,
@@ -164,10 +164,12 @@ def pod_templates(
     owner: Owner,
     drafter: ResolvedDrafter | None,
     weight_bytes: int | None = None,
+    transfer: Transfer | None = None,
 ) -> dict[str, Any]:
-    """The LeaderWorkerSet's leaderWorkerTemplate, each pod labelled with its hash."""
+    """The LeaderWorkerSet's leaderWorkerTemplate, each pod labelled with its hash; for a
+    side of a prefill/decode pair, its KV transfer."""
     multi_node = spec.nodes_per_replica > 1
-    leader = _pod_template(spec, owner, drafter, "leader", weight_bytes)
+    leader = _pod_template(spec, owner, drafter, "leader", weight_bytes, transfer)
     template: dict[str, Any] = {
         "size": spec.nodes_per_replica,
         # Every rank of the mp backend must start together, and a restarted rank cannot
@@ -176,7 +178,9 @@ def pod_templates(
     }
     if multi_node:
         template["leaderTemplate"] = leader
-        template["workerTemplate"] = _pod_template(spec, owner, drafter, "worker", weight_bytes)
+        template["workerTemplate"] = _pod_template(
+            spec, owner, drafter, "worker", weight_bytes, transfer
+        )
     else:
         template["workerTemplate"] = leader
     digest = hashlib.sha256(json.dumps(template, sort_keys=True).encode()).hexdigest()[:16]
@@ -199,13 +203,14 @@ def _pod_template(
     drafter: ResolvedDrafter | None,
     role: Role,
     weight_bytes: int | None,
+    transfer: Transfer | None = None,
 ) -> dict[str, Any]:
     component = c.COMPONENT_LEADER if role == "leader" else c.COMPONENT_WORKER
     container: dict[str, Any] = {
         "name": CONTAINER_NAME,
         "image": spec.engine.image,
         "command": serving_command(),
-        "args": serve_args(spec, drafter, role),
+        "args": serve_args(spec, drafter, role, transfer),
         "env": _env(spec),
         # Beside env, which wins over it for every variable the operator sets.
         **({"envFrom": [dict(e) for e in spec.pod.env_from]} if spec.pod.env_from else {}),
@@ -224,11 +229,17 @@ def _pod_template(
             "value": f"http://{leader_metrics}:{spec.service.port}/metrics",
         },
         {"name": "KIMIK3_DRAIN_SECONDS", "value": str(DRAIN_SECONDS)},
+        *(_transfer_env() if transfer is not None else []),
         *container["env"],
     ]
+    if transfer is not None:
+        container["ports"] = [
+            {"name": "nixl", "containerPort": c.NIXL_SIDE_CHANNEL_PORT, "protocol": "TCP"}
+        ]
     if role == "leader":
         container["ports"] = [
-            {"name": PORT_NAME, "containerPort": spec.service.port, "protocol": "TCP"}
+            {"name": PORT_NAME, "containerPort": spec.service.port, "protocol": "TCP"},
+            *container.get("ports", []),
         ]
         container.update(leader_health_checks(spec, PORT_NAME, weight_bytes))
     pod_spec: dict[str, Any] = hardened(
@@ -267,10 +278,32 @@ def _pod_template(
         pod_spec["imagePullSecrets"] = [{"name": s["name"]} for s in pod.image_pull_secrets]
     # The operator's labels over the platform's: the pods stay found by them.
     metadata: dict[str, Any] = {"labels": {**pod.labels, **labels(owner, component)}}
+    if transfer is not None:
+        metadata["labels"].update(role_labels(transfer.role))
     annotations = {**pod.annotations, **topology_annotations(spec)}
     if annotations:
         metadata["annotations"] = annotations
     return {"metadata": metadata, "spec": pod_spec}
+
+
+def role_labels(role: str) -> dict[str, str]:
+    """A side of a prefill/decode pair: the operator's key, and llm-d's, which its P/D
+    router selects by."""
+    return {c.LABEL_ROLE: role, c.LLM_D_ROLE_LABEL: role}
+
+
+def _transfer_env() -> list[dict[str, Any]]:
+    """vLLM's NIXL side channel on the pod's own IP (its default, localhost, is unreachable
+    from the other role), and the recurrent state's layout the transfer of a hybrid model
+    (Kimi-K3's KDA layers) reads and writes alike on both sides."""
+    return [
+        {
+            "name": "VLLM_NIXL_SIDE_CHANNEL_HOST",
+            "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}},
+        },
+        {"name": "VLLM_NIXL_SIDE_CHANNEL_PORT", "value": str(c.NIXL_SIDE_CHANNEL_PORT)},
+        {"name": "VLLM_SSM_CONV_STATE_LAYOUT", "value": "DS"},
+    ]
 
 
 def _env(spec: KimiK3DeploymentSpec) -> list[dict[str, Any]]:

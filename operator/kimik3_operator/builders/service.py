@@ -21,7 +21,12 @@ def build_service(spec: KimiK3DeploymentSpec, owner: Owner) -> dict[str, Any]:
         },
         "spec": {
             "type": spec.service.type,
-            "selector": selector_labels(owner, c.COMPONENT_LEADER),
+            # A disaggregated deployment answers from its decode side; a P/D router sends
+            # the prompt to a prefill group first.
+            "selector": {
+                **selector_labels(owner, c.COMPONENT_LEADER),
+                **({c.LABEL_ROLE: "decode"} if spec.disaggregated else {}),
+            },
             "ports": [
                 {
                     "name": PORT_NAME,

@@ -17,9 +17,10 @@ highest, so where two hold, the higher one's word stands:
 | 9 | pods | the LeaderWorkerSet's groups, as the pods and the GPU ledger show them |
 
 Then the conditions that never block are added: CapabilitiesVerified and DrafterPaired,
-ModelCached, Admitted, SpeculationEffective, InterNodeFabric, CanaryVerified and Autoscaling
+ModelCached, Admitted, SpeculationEffective, InterNodeFabric, CanaryVerified, Autoscaling
 (which says what holds or limits KEDA; the groups it holds back are already out of the
-replicas the stages above judge).
+replicas the stages above judge), Routing, Disaggregated (each role's groups) and
+TransferIntegrity (the decode side's acceptance against the prefill side's).
 """
 
 from __future__ import annotations
@@ -66,6 +67,8 @@ class Findings:
     queue: QueueState | None = None
     autoscaling: Condition | None = None
     routing: Condition | None = None
+    disaggregated: Condition | None = None
+    transfer: Condition | None = None
 
 
 Stage = Callable[[Findings, Observation], Observation]
@@ -215,6 +218,8 @@ def final_conditions(found: Findings) -> Observation:
         found.canary,
         found.autoscaling,
         found.routing,
+        found.disaggregated,
+        found.transfer,
     )
     return dataclasses.replace(
         observation,

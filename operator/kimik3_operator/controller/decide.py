@@ -26,6 +26,11 @@ from kimik3_operator.builders.scaled_object import Bounds
 from kimik3_operator.controller.admission import predict
 from kimik3_operator.controller.autoscaling import ScalingInput, ScalingPlan, scaling_plan
 from kimik3_operator.controller.conditions import Findings, final_conditions
+from kimik3_operator.controller.disaggregation import (
+    baseline,
+    baseline_section,
+    transfer_condition,
+)
 from kimik3_operator.controller.drift import needs_apply
 from kimik3_operator.controller.rollout import RolloutStep, rollout_step
 from kimik3_operator.controller.routing import (
@@ -36,7 +41,14 @@ from kimik3_operator.controller.routing import (
     group_acceptance,
     routing_plan,
 )
-from kimik3_operator.controller.snapshot import KEDA_API, LWS_API, PODMONITOR_API, Ref, Snapshot
+from kimik3_operator.controller.snapshot import (
+    DS_API,
+    KEDA_API,
+    LWS_API,
+    PODMONITOR_API,
+    Ref,
+    Snapshot,
+)
 from kimik3_operator.controller.status import (
     RolloutStatus,
     StatusParts,
@@ -58,7 +70,13 @@ from kimik3_operator.observation.model_cache import (
 )
 from kimik3_operator.observation.pod_security import namespace_policy
 from kimik3_operator.observation.pods import from_leader_set, pod_ready
-from kimik3_operator.observation.workload import Observation, observe
+from kimik3_operator.observation.workload import (
+    Observation,
+    RoleObservation,
+    observe,
+    observe_roles,
+    roles_condition,
+)
 from kimik3_operator.preflight.gate import Gate, evaluate
 from kimik3_operator.preflight.probe import ProbeState, probe_state, report_state
 from kimik3_operator.preflight.table import load_table
@@ -217,15 +235,27 @@ def decide(snap: Snapshot) -> Decision:
         found = Findings(spec=spec, name_conflict=_conflict_message(conflicts))
         decision = _finish(snap, housekeeping, notices, found, StatusParts(spec=spec))
         return dataclasses.replace(decision, unread=unread)
-    pods = observe(
-        spec,
-        lws_crd_installed=snap.lws_installed,
-        lws=snap.get(lws_ref),
-        pods=list(snap.pods),
-        gpus=snap.gpus,
-        name=snap.owner.name,
-        gone_nodes=snap.gone_nodes,
-    )
+    roles: tuple[RoleObservation, ...] = ()
+    held_to = baseline(spec, snap.status)
+    if spec.disaggregated:
+        pods, roles = observe_roles(
+            spec,
+            ds_crd_installed=snap.ds_installed,
+            ds=snap.get(_ds_ref(snap)),
+            pods=list(snap.pods),
+            gpus=snap.gpus,
+            gone_nodes=snap.gone_nodes,
+        )
+    else:
+        pods = observe(
+            spec,
+            lws_crd_installed=snap.lws_installed,
+            lws=snap.get(lws_ref),
+            pods=list(snap.pods),
+            gpus=snap.gpus,
+            name=snap.owner.name,
+            gone_nodes=snap.gone_nodes,
+        )
     settled = rollout is None or rollout.settled
     if cache is not None and snap.lws_installed and gate.deploy and settled:
         cache = _collect_old_revisions(snap, spec, cache, pods, plan)
@@ -243,6 +273,8 @@ def decide(snap: Snapshot) -> Decision:
         queue=queue,
         autoscaling=scaling.condition if scaling is not None else None,
         routing=routing.condition if routing is not None else None,
+        disaggregated=roles_condition(roles),
+        transfer=transfer_condition(spec, snap.readings, snap.pods, held_to) if roles else None,
     )
     final = final_conditions(found)
     parts = StatusParts(
@@ -259,6 +291,9 @@ def decide(snap: Snapshot) -> Decision:
         queue=queue,
         autoscaling=scaling.section() if scaling is not None else None,
         routing=routing.section() if routing is not None else None,
+        disaggregation=_disaggregation_section(snap, spec, roles, held_to)
+        if spec.disaggregated
+        else None,
     )
     if routing is not None:
         notices = [*notices, *routing.notices]
@@ -778,7 +813,14 @@ def _serving(
     )
     weight_bytes = cache.bytes_total if cache is not None and cache.ready else None
     waiting_for_cache = cache is not None and not cache.ready and not cache.volume_replaced
-    live_lws = snap.get((LWS_API, "LeaderWorkerSet", names.leader_worker_set(owner.name)))
+    lws_ref: Ref = (LWS_API, "LeaderWorkerSet", names.leader_worker_set(owner.name))
+    if spec.disaggregated:
+        _disaggregated_serving(snap, serving, weight_bytes, waiting_for_cache, lws_ref, plan)
+        return None
+    if snap.ds_installed and snap.get(_ds_ref(snap)) is not None:
+        # The spec dropped spec.disaggregation: its set goes, the LeaderWorkerSet comes back.
+        plan.delete_owned(_ds_ref(snap))
+    live_lws = snap.get(lws_ref)
     step = rollout_step(
         snap.body, serving, owner, live_lws, snap.pods, weight_bytes, snap.readings, snap.seconds
     )
@@ -796,6 +838,53 @@ def _serving(
     if snap.pod_monitor_installed and not any(ch["kind"] == "PodMonitor" for ch in children):
         plan.delete_owned((PODMONITOR_API, "PodMonitor", names.pod_monitor(owner.name)))
     return None if waiting_for_cache else step
+
+
+def _ds_ref(snap: Snapshot) -> Ref:
+    return (DS_API, "DisaggregatedSet", names.disaggregated_set(snap.owner.name))
+
+
+def _disaggregated_serving(
+    snap: Snapshot,
+    spec: KimiK3DeploymentSpec,
+    weight_bytes: int | None,
+    waiting_for_cache: bool,
+    lws_ref: Ref,
+    plan: _Plan,
+) -> None:
+    """spec.disaggregation: the DisaggregatedSet (its controller rolls both roles together,
+    so the operator's own rollout step does not run), the Service of the decode leaders and
+    the PodMonitor. The LeaderWorkerSet the spec ran before goes."""
+    if snap.get(lws_ref) is not None:
+        plan.delete_owned(lws_ref)
+    if not snap.ds_installed:
+        return
+    children = desired_children(
+        spec,
+        snap.owner,
+        parts=SERVING if waiting_for_cache else GROUPS_AND_SERVING,
+        pod_monitor_available=snap.pod_monitor_installed,
+        weight_bytes=weight_bytes,
+        pod_monitor_labels=snap.pod_monitor_labels,
+    )
+    plan.apply(children)
+
+
+def _disaggregation_section(
+    snap: Snapshot,
+    spec: KimiK3DeploymentSpec,
+    roles: Sequence[RoleObservation],
+    held_to: tuple[float, str],
+) -> dict[str, Any]:
+    disaggregation = spec.disaggregation
+    section: dict[str, Any] = {
+        "disaggregatedSet": names.disaggregated_set(snap.owner.name),
+        "connector": disaggregation.connector if disaggregation is not None else "",
+        "roles": [r.section() for r in roles],
+    }
+    if spec.paired_drafter is not None:
+        section["baseline"] = baseline_section(held_to)
+    return section
 
 
 def _collect_old_revisions(

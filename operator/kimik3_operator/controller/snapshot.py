@@ -32,6 +32,7 @@ from kimik3_operator.observation.workload import GpuCounts, wants_gpu_counts
 # (apiVersion, kind, name) of an object in the resource's namespace.
 Ref = tuple[str, str, str]
 LWS_API = f"{c.LWS_GROUP}/{c.LWS_VERSION}"
+DS_API = f"{c.DS_GROUP}/{c.DS_VERSION}"
 PODMONITOR_API = f"{c.MONITORING_GROUP}/v1"
 KUEUE_API = f"{c.KUEUE_GROUP}/{c.KUEUE_VERSION}"
 KEDA_API = f"{c.KEDA_GROUP}/{c.KEDA_VERSION}"
@@ -95,6 +96,8 @@ class Snapshot:
     invalid: str | None = None
     namespace_labels: Mapping[str, str] | None = None
     lws_installed: bool = False
+    # LeaderWorkerSet's DisaggregatedSet (v0.9.0 on) served: read for spec.disaggregation.
+    ds_installed: bool = False
     pod_monitor_installed: bool = False
     kueue_installed: bool = False
     kueue_admission_gate: bool = False
@@ -183,11 +186,14 @@ def take_snapshot(kube: Kube, key: tuple[str, str], context: Context) -> Snapsho
         else None
     )
     lws_installed = _crd_exists(kube, c.LWS_CRD)
+    # Asked for every deployment: a spec that dropped disaggregation still has a set to delete.
+    ds_installed = _crd_exists(kube, c.DS_CRD)
     pod_monitor_installed = _crd_exists(kube, c.PODMONITOR_CRD)
     kinds = [
         (api_version, kind)
         for api_version, kind in CHILD_KINDS
         if (kind != "LeaderWorkerSet" or lws_installed)
+        and (kind != "DisaggregatedSet" or ds_installed)
         and (kind != "PodMonitor" or pod_monitor_installed)
         and (kind != "ScaledObject" or _crd_exists(kube, c.KEDA_SCALEDOBJECT_CRD))
         and (kind != "InferencePool" or _crd_exists(kube, c.INFERENCEPOOL_CRD))
@@ -203,6 +209,7 @@ def take_snapshot(kube: Kube, key: tuple[str, str], context: Context) -> Snapsho
         spec=spec,
         namespace_labels=context.namespace_labels(kube, namespace),
         lws_installed=lws_installed,
+        ds_installed=ds_installed,
         pod_monitor_installed=pod_monitor_installed,
         kueue_installed=kueue_installed,
         kueue_admission_gate=context.kueue_admission_gate,

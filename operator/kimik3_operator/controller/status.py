@@ -67,6 +67,8 @@ class StatusParts:
     autoscaling: Mapping[str, Any] | None = None
     # status.routing (spec.routing): the pool, the picker, which groups are routable.
     routing: Mapping[str, Any] | None = None
+    # status.disaggregation (spec.disaggregation): the set, the connector, each role's groups.
+    disaggregation: Mapping[str, Any] | None = None
 
 
 def desired_status(
@@ -96,15 +98,19 @@ def desired_status(
     if spec is not None:
         owner = Owner(meta["name"], meta["namespace"], meta.get("uid", ""))
         labels = selector_labels(owner, c.COMPONENT_LEADER)
+        # A disaggregated deployment answers from its decode side: its groups are counted.
+        serving = spec.role_spec("decode")
+        if spec.disaggregated:
+            labels[c.LABEL_ROLE] = "decode"
         status.update(
             {
-                "replicas": spec.replicas,
+                "replicas": serving.replicas,
                 "readyReplicas": observation.ready_replicas,
                 # kubectl get's Replicas column, as a Deployment's READY: ready/asked for.
-                "ready": f"{observation.ready_replicas}/{spec.replicas}",
+                "ready": f"{observation.ready_replicas}/{serving.replicas}",
                 "selector": ",".join(f"{k}={v}" for k, v in labels.items()),
-                "nodesPerReplica": spec.nodes_per_replica,
-                "gpusPerReplica": spec.gpus_per_replica,
+                "nodesPerReplica": serving.nodes_per_replica,
+                "gpusPerReplica": serving.gpus_per_replica,
                 "endpoint": names.endpoint(owner.name, owner.namespace, spec.service.port),
                 "speculative": _speculative(
                     rollout.running if rollout is not None and rollout.running else spec,
@@ -129,6 +135,8 @@ def desired_status(
         status["autoscaling"] = dict(parts.autoscaling)
     if parts.routing is not None:
         status["routing"] = dict(parts.routing)
+    if parts.disaggregation is not None:
+        status["disaggregation"] = dict(parts.disaggregation)
     for section, _ in gone:
         if section in current:
             status[section] = None  # named in the patch, so the API server drops it
@@ -190,6 +198,8 @@ def _features(spec: KimiK3DeploymentSpec) -> list[tuple[str, str, bool]]:
     return [
         ("autoscaling", c.ConditionType.AUTOSCALING, spec.autoscaling is not None),
         ("routing", c.ConditionType.ROUTING, spec.routing is not None),
+        ("disaggregation", c.ConditionType.DISAGGREGATED, spec.disaggregated),
+        ("disaggregation", c.ConditionType.TRANSFER_INTEGRITY, spec.disaggregated),
     ]
 
 

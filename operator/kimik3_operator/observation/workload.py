@@ -15,6 +15,7 @@ from kimik3_operator.api import constants as c
 from kimik3_operator.api.conditions import Condition
 from kimik3_operator.api.constants import ConditionType, Reason
 from kimik3_operator.api.spec import KimiK3DeploymentSpec
+from kimik3_operator.api.types import DISAGGREGATED_ROLES
 from kimik3_operator.observation.crashes import STARTUP_REASONS, startup_failures
 from kimik3_operator.observation.pods import pod_ready
 
@@ -374,3 +375,107 @@ def blocked(reason: Reason, message: str) -> Observation:
 
 def invalid_spec(message: str) -> Observation:
     return blocked(Reason.INVALID_SPEC, message)
+
+
+@dataclass(frozen=True)
+class RoleObservation:
+    """A side of a prefill/decode pair: its groups as ``observe`` sees them."""
+
+    role: str
+    replicas: int
+    observation: Observation
+
+    @property
+    def ready(self) -> int:
+        return self.observation.ready_replicas
+
+    def section(self) -> dict[str, Any]:
+        by_type = {c_.type: c_ for c_ in self.observation.conditions}
+        available = by_type[ConditionType.AVAILABLE]
+        return {
+            "name": self.role,
+            "replicas": self.replicas,
+            "readyReplicas": self.ready,
+            "reason": str(available.reason),
+            "message": available.message,
+        }
+
+
+def observe_roles(
+    spec: KimiK3DeploymentSpec,
+    *,
+    ds_crd_installed: bool,
+    ds: Obj | None,
+    pods: Sequence[Obj],
+    gpus: GpuCounts | None = None,
+    gone_nodes: frozenset[str] = frozenset(),
+) -> tuple[Observation, tuple[RoleObservation, ...]]:
+    """A disaggregated deployment's groups, role by role (each role's LeaderWorkerSet counts
+    its groups from 0, so the pods are told apart by their role label first). It serves when
+    both roles do: Available only with both; ready groups are the decode side's, which
+    answers the requests."""
+    if not ds_crd_installed:
+        message = (
+            f"the DisaggregatedSet CRD ({c.DS_CRD}) is not installed: spec.disaggregation needs "
+            "LeaderWorkerSet v0.9.0 or later; upgrade LeaderWorkerSet, then the operator retries"
+        )
+        return blocked(Reason.DISAGGREGATED_SET_NOT_INSTALLED, message), ()
+    roles: list[RoleObservation] = []
+    for role in DISAGGREGATED_ROLES:
+        side = spec.role_spec(role)
+        mine = [
+            p
+            for p in pods
+            if ((p.get("metadata") or {}).get("labels") or {}).get(c.LABEL_ROLE) == role
+        ]
+        seen = observe(
+            side,
+            lws_crd_installed=True,
+            lws=ds,
+            pods=mine,
+            gpus=gpus,
+            # The role's pods are named by the DisaggregatedSet's revision: not guessed here.
+            name="",
+            gone_nodes=gone_nodes,
+        )
+        roles.append(RoleObservation(role, side.replicas, seen))
+    by_role = {r.role: r for r in roles}
+    decode = by_role["decode"].observation
+    merged: list[Condition] = []
+    for kind in (ConditionType.PROGRESSING, ConditionType.AVAILABLE, ConditionType.DEGRADED):
+        each = {r.role: {c_.type: c_ for c_ in r.observation.conditions}[kind] for r in roles}
+        worst = _worst(kind, list(each.values()))
+        text = "; ".join(f"{role}: {cond.message}" for role, cond in each.items())
+        merged.append(Condition(kind, worst.status, worst.reason, text))
+    problems = tuple(p for r in roles for p in r.observation.problems)
+    available = merged[1]
+    summary = available.reason if available.status != "True" else decode.summary_reason
+    return Observation(decode.ready_replicas, tuple(merged), summary, problems), tuple(roles)
+
+
+def _worst(kind: ConditionType, conditions: list[Condition]) -> Condition:
+    """The condition that speaks for the pair: a role not available, progressing or degraded
+    over one that is fine."""
+    if kind == ConditionType.AVAILABLE:
+        return next((c_ for c_ in conditions if c_.status != "True"), conditions[-1])
+    return next((c_ for c_ in conditions if c_.status == "True"), conditions[-1])
+
+
+def roles_condition(roles: Sequence[RoleObservation]) -> Condition | None:
+    """Disaggregated: each role's groups in one line, True when both have every group."""
+    if not roles:
+        return None
+    counts = ", ".join(f"{r.role} {r.ready}/{r.replicas}" for r in roles)
+    short = [r for r in roles if r.ready < r.replicas]
+    if not short:
+        return Condition(
+            ConditionType.DISAGGREGATED, "True", Reason.ROLES_READY, f"groups ready: {counts}"
+        )
+    first = short[0]
+    return Condition(
+        ConditionType.DISAGGREGATED,
+        "False",
+        Reason.ROLE_NOT_READY,
+        f"groups ready: {counts}; {first.role}: "
+        + {c_.type: c_ for c_ in first.observation.conditions}[ConditionType.AVAILABLE].message,
+    )

@@ -49,6 +49,7 @@ REJECTED_REMEMBERED = 10_000
 # CRDs whose presence changes what the operator builds.
 WATCHED_CRDS = {
     c.LWS_CRD: "LeaderWorkerSet",
+    c.DS_CRD: "DisaggregatedSet",
     c.PODMONITOR_CRD: "PodMonitor",
     c.KUEUE_WORKLOAD_CRD: "Workload",
     c.KEDA_SCALEDOBJECT_CRD: "ScaledObject",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -20,9 +21,10 @@ from typing import Any
 
 from kimik3_operator import metrics
 from kimik3_operator.api import constants as c
+from kimik3_operator.api import names
 from kimik3_operator.api.parse import parse_spec
 from kimik3_operator.api.spec import KimiK3DeploymentSpec
-from kimik3_operator.api.types import SpecError
+from kimik3_operator.api.types import DISAGGREGATED_ROLES, SpecError
 from kimik3_operator.builders.model_cache import PROGRESS_PORT
 from kimik3_operator.kube import Kube
 from kimik3_operator.observation.acceptance import (
@@ -85,18 +87,48 @@ def scraped_leaders(
     """The leaders worth a scrape: Ready pods whose controller is the LeaderWorkerSet's
     leader StatefulSet (it has the LeaderWorkerSet's name, the deployment's), one per group
     index, and no more groups than the spec can have. A labelled pod of a namespace user
-    costs nothing, and however many there are, a deployment's scrape is bounded."""
-    groups = spec.replicas + surge_groups(spec)
-    chosen: dict[int, Mapping[str, Any]] = {}
+    costs nothing, and however many there are, a deployment's scrape is bounded. A
+    disaggregated deployment's leaders are taken role by role, each from the LeaderWorkerSet
+    its DisaggregatedSet names <set>-<revision>-<role>."""
+    if not spec.disaggregated:
+        groups = spec.replicas + surge_groups(spec)
+        return _one_per_group(pods, groups, lambda meta: from_leader_set(meta, name))
+    found: list[Mapping[str, Any]] = []
+    for role in DISAGGREGATED_ROLES:
+        pattern = re.compile(
+            rf"^{re.escape(names.disaggregated_set(name))}-[a-z0-9]{{{names.DS_REVISION}}}-{role}$"
+        )
+
+        def owned(
+            meta: Mapping[str, Any], role: str = role, pattern: re.Pattern[str] = pattern
+        ) -> bool:
+            labels = meta.get("labels") or {}
+            set_name = str(labels.get(c.LWS_NAME_LABEL, ""))
+            return (
+                labels.get(c.LABEL_ROLE) == role
+                and bool(pattern.match(set_name))
+                and from_leader_set(meta, set_name)
+            )
+
+        # A rollout of the set runs two revisions of a role side by side.
+        found += _one_per_group(pods, 2 * spec.role_spec(role).replicas, owned)
+    return found
+
+
+def _one_per_group(
+    pods: Sequence[Mapping[str, Any]], groups: int, owned: Callable[[Mapping[str, Any]], bool]
+) -> list[Mapping[str, Any]]:
+    chosen: dict[tuple[str, int], Mapping[str, Any]] = {}
     for pod in pods:
         meta = pod.get("metadata") or {}
-        index = str((meta.get("labels") or {}).get(c.LWS_GROUP_INDEX_LABEL, ""))
-        if not (pod_ready(pod) and from_leader_set(meta, name)):
+        labels = meta.get("labels") or {}
+        index = str(labels.get(c.LWS_GROUP_INDEX_LABEL, ""))
+        if not (pod_ready(pod) and owned(meta)):
             continue
         if not (index.isdigit() and len(index) <= 6 and int(index) < groups):
             continue
-        chosen.setdefault(int(index), pod)
-    return [chosen[index] for index in sorted(chosen)]
+        chosen.setdefault((str(labels.get(c.LWS_NAME_LABEL, "")), int(index)), pod)
+    return [chosen[key] for key in sorted(chosen)][:groups]
 
 
 def retained_seconds(window_seconds: float, spec: KimiK3DeploymentSpec) -> float:
