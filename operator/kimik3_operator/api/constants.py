@@ -98,6 +98,8 @@ LABEL_ROLE: Final = f"{GROUP}/role"
 LLM_D_ROLE_LABEL: Final = "llm-d.ai/role"
 # vLLM's NIXL side channel: the port the decode side's handshake asks the prefill side on.
 NIXL_SIDE_CHANNEL_PORT: Final = 5600
+# spec.disaggregation.connector -> vLLM's connector class.
+KV_CONNECTOR_CLASSES: Final = {"Nixl": "NixlConnector"}
 
 MONITORING_GROUP: Final = "monitoring.coreos.com"
 PODMONITOR_CRD: Final = f"podmonitors.{MONITORING_GROUP}"
@@ -235,6 +237,7 @@ class Reason(StrEnum):
     # (connector absent, compatibility hash, tensor-parallel direction, pipeline), or can
     KV_TRANSFER_INCOMPATIBLE = "KVTransferIncompatible"
     KV_TRANSFER_COMPATIBLE = "KVTransferCompatible"
+    KV_TRANSFER_NEEDS_PROBE = "KVTransferNeedsProbe"
     # Preflight (CapabilitiesVerified, DrafterPaired) and the image probe
     ARCHITECTURE_NOT_REGISTERED = "ArchitectureNotRegistered"
     ARCHITECTURE_REGISTERED = "ArchitectureRegistered"

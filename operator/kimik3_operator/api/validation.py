@@ -798,6 +798,7 @@ def _disaggregation_errors(spec: KimiK3DeploymentSpec) -> list[SpecError]:
         ("spec.rollout.canary", spec.rollout.canary is not None),
         ("spec.autoscaling", spec.autoscaling is not None),
         ("spec.routing", spec.routing is not None),
+        ("spec.scheduling.queueName", spec.queued),
     ):
         if present:
             found.append(
@@ -805,7 +806,8 @@ def _disaggregation_errors(spec: KimiK3DeploymentSpec) -> list[SpecError]:
                     other,
                     "set",
                     "cannot be combined with spec.disaggregation: the DisaggregatedSet rolls "
-                    "both roles together, and the roles have their own replicas",
+                    "both roles together, the roles have their own replicas, and Kueue does "
+                    "not admit a DisaggregatedSet's groups",
                     f"remove {other} or spec.disaggregation",
                 )
             )

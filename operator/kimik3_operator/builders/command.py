@@ -6,6 +6,7 @@ import json
 from dataclasses import dataclass
 from typing import Literal
 
+from kimik3_operator.api import constants as c
 from kimik3_operator.api.pairing import ResolvedDrafter
 from kimik3_operator.api.spec import KimiK3DeploymentSpec
 
@@ -18,8 +19,6 @@ LEADER_ADDRESS = "$(LWS_LEADER_ADDRESS)"
 WORKER_INDEX = "$(LWS_WORKER_INDEX)"
 
 
-# spec.disaggregation.connector -> vLLM's connector class.
-CONNECTOR_CLASSES = {"Nixl": "NixlConnector"}
 KV_ROLES = {"prefill": "kv_producer", "decode": "kv_consumer"}
 
 
@@ -32,7 +31,7 @@ class Transfer:
 
     def args(self) -> list[str]:
         config = {
-            "kv_connector": CONNECTOR_CLASSES[self.connector],
+            "kv_connector": c.KV_CONNECTOR_CLASSES[self.connector],
             "kv_role": KV_ROLES[self.role],
             # The KV cache moves GPU to GPU (UCX); "cpu" stages it through host memory.
             "kv_buffer_device": "cuda",

@@ -12,10 +12,11 @@ from typing import Any
 from kimik3_operator.api import constants as c
 from kimik3_operator.api import names
 from kimik3_operator.api.spec import KimiK3DeploymentSpec
-from kimik3_operator.api.types import TARGET_ARCHITECTURES
+from kimik3_operator.api.types import DISAGGREGATED_ROLES, TARGET_ARCHITECTURES
 from kimik3_operator.builders.command import (
     MODEL_MOUNT,
     Role,
+    Transfer,
     expanded_serve_args,
     model_location,
 )
@@ -51,7 +52,6 @@ def probe_request(spec: KimiK3DeploymentSpec) -> dict[str, Any]:
         drafter_location = {"path": drafter.path}
     elif drafter is not None and drafter.repo:
         drafter_location = {"repo": drafter.repo, "revision": drafter.revision}
-    roles: tuple[Role, ...] = ("leader", "worker") if spec.nodes_per_replica > 1 else ("leader",)
     return {
         "platform": spec.engine.platform,
         "architectures": sorted(set(TARGET_ARCHITECTURES) | {spec.model.architecture}),
@@ -59,11 +59,30 @@ def probe_request(spec: KimiK3DeploymentSpec) -> dict[str, Any]:
         "drafter": drafter_location,
         # Built by vLLM itself in the image, the way the serving pods will build it.
         "speculativeConfig": drafter.speculative_config() if drafter is not None else None,
-        "tensorParallel": spec.parallelism.tensor,
-        "pipelineParallel": spec.parallelism.pipeline,
-        # The exact command lines, for the image's own argument parser.
-        "serve": {role: expanded_serve_args(spec, drafter, role) for role in roles},
+        "tensorParallel": spec.role_spec("decode").parallelism.tensor,
+        "pipelineParallel": spec.role_spec("decode").parallelism.pipeline,
+        # The exact command lines, for the image's own argument parser; the engine is built
+        # from "leader"'s (a disaggregated deployment's decode leader: it serves).
+        "serve": serve_lines(spec),
     }
+
+
+def serve_lines(spec: KimiK3DeploymentSpec) -> dict[str, list[str]]:
+    """Every distinct command line the serving pods run, by who runs it."""
+    if spec.disaggregation is None:
+        return {role: expanded_serve_args(spec, spec.paired_drafter, role) for role in _pods(spec)}
+    lines: dict[str, list[str]] = {}
+    for side in DISAGGREGATED_ROLES:
+        role_spec = spec.role_spec(side)
+        transfer = Transfer(side, spec.disaggregation.connector)
+        for role in _pods(role_spec):
+            key = role if side == "decode" else f"{side}-{role}"
+            lines[key] = expanded_serve_args(role_spec, role_spec.paired_drafter, role, transfer)
+    return lines
+
+
+def _pods(spec: KimiK3DeploymentSpec) -> tuple[Role, ...]:
+    return ("leader", "worker") if spec.nodes_per_replica > 1 else ("leader",)
 
 
 def probe_key(spec: KimiK3DeploymentSpec) -> str:

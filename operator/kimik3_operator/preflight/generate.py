@@ -62,10 +62,10 @@ class Wheel:
     def __init__(self, path: pathlib.Path) -> None:
         self.path = path
         self._zip = zipfile.ZipFile(path)
-        self._names = set(self._zip.namelist())
+        self.names = set(self._zip.namelist())
 
     def read(self, name: str) -> str | None:
-        return self._zip.read(name).decode("utf-8") if name in self._names else None
+        return self._zip.read(name).decode("utf-8") if name in self.names else None
 
     def sha256(self) -> str:
         digest = hashlib.sha256()
@@ -163,6 +163,71 @@ def class_capabilities(wheel: Wheel, file: str, name: str) -> dict[str, Any]:
     return info
 
 
+# The NIXL connector's refusals at start-up or at the first handshake, by their messages.
+NIXL_PACKAGE: Final = "vllm/distributed/kv_transfer/kv_connector/v1/nixl/"
+NIXL_PIPELINE_HYBRID: Final = (
+    "with hybrid KV cache layouts (HMA) yet",
+    "with Mamba/SSM hybrid KV cache layouts yet",
+)
+NIXL_DECODE_PIPELINE: Final = "consumer (decode) does not support"
+NIXL_DRAFT_TP_DIRECTION: Final = "head-sharded draft KV under an MLA target requires"
+NIXL_HYBRID_DCP: Final = "require matching DCP sizes"
+NIXL_SPECULATIVE_HASH: Final = "_get_speculative_compatibility_factors"
+
+
+def kv_transfer_facts(wheel: Wheel) -> dict[str, Any]:
+    """What a release's KV connectors do with a prefill/decode pair, read from its source."""
+    factory = wheel.read("vllm/distributed/kv_transfer/kv_connector/factory.py") or ""
+    connectors = []
+    for node in ast.walk(ast.parse(factory)):
+        if (
+            isinstance(node, ast.Call)
+            and ast.unparse(node.func).endswith("register_connector")
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+        ):
+            connectors.append(str(node.args[0].value))
+    nixl = "".join(
+        wheel.read(name) or ""
+        for name in sorted(wheel.names)
+        if name.startswith(NIXL_PACKAGE) and name.endswith(".py")
+    )
+    version = None
+    for node in ast.walk(ast.parse(nixl)) if nixl else ():
+        targets = (
+            node.targets
+            if isinstance(node, ast.Assign)
+            else [node.target]
+            if isinstance(node, ast.AnnAssign)
+            else []
+        )
+        value = getattr(node, "value", None)
+        if [ast.unparse(t) for t in targets] == ["NIXL_CONNECTOR_VERSION"] and isinstance(
+            value, ast.Constant
+        ):
+            version = value.value
+    hma = False
+    for node in ast.walk(ast.parse(nixl)) if nixl else ():
+        if isinstance(node, ast.ClassDef) and node.name in ("NixlConnector", "NixlBaseConnector"):
+            hma = hma or "SupportsHMA" in _base_names(node)
+    arg_utils = wheel.read("vllm/engine/arg_utils.py") or ""
+    envs = wheel.read("vllm/envs.py") or ""
+    return {
+        "connectors": sorted(connectors),
+        "nixl": {
+            "connectorVersion": version,
+            "supportsHybridKvCacheManager": hma,
+            "hashesSpeculativeConfig": NIXL_SPECULATIVE_HASH in nixl,
+            "refusesPipelineWithHybrid": any(m in nixl for m in NIXL_PIPELINE_HYBRID),
+            "refusesDecodePipeline": NIXL_DECODE_PIPELINE in nixl,
+            "draftNeedsDecodeTensorAtLeastPrefill": NIXL_DRAFT_TP_DIRECTION in nixl,
+            "hybridNeedsMatchingDecodeContext": NIXL_HYBRID_DCP in nixl,
+        },
+        "hybridKvCacheManagerFlag": "disable_hybrid_kv_cache_manager" in arg_utils,
+        "ssmConvStateLayoutEnv": "VLLM_SSM_CONV_STATE_LAYOUT" in envs,
+    }
+
+
 def release_capabilities(wheel: Wheel) -> dict[str, Any]:
     registry = wheel.read("vllm/model_executor/models/registry.py") or ""
     entries = registry_entries(registry)
@@ -232,6 +297,7 @@ def release_capabilities(wheel: Wheel) -> dict[str, Any]:
         "speculativeArchitectures": speculative_architectures(registry),
     }
     release["drafterAcceptance"] = acceptance_by_platform(release)
+    release["kvTransfer"] = kv_transfer_facts(wheel)
     return release
 
 

@@ -5,11 +5,12 @@ the fix.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import dataclasses
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from kimik3_operator.api.constants import ConditionType, Reason
+from kimik3_operator.api.constants import KV_CONNECTOR_CLASSES, ConditionType, Reason
 from kimik3_operator.api.flags import owned_flag
 from kimik3_operator.api.pairing import (
     KNOWN_DRAFTER_CONFIGS,
@@ -18,7 +19,12 @@ from kimik3_operator.api.pairing import (
 )
 from kimik3_operator.api.schema_check import nearest
 from kimik3_operator.api.spec import KimiK3DeploymentSpec
-from kimik3_operator.api.types import CHECKPOINT_METHODS, EAGLE3_FAMILY, TARGET_ARCHITECTURES
+from kimik3_operator.api.types import (
+    CHECKPOINT_METHODS,
+    DISAGGREGATED_ROLES,
+    EAGLE3_FAMILY,
+    TARGET_ARCHITECTURES,
+)
 from kimik3_operator.preflight.drafter_methods import judge, methods_that_load
 from kimik3_operator.preflight.facts import DrafterFacts, TargetFacts
 from kimik3_operator.preflight.table import (
@@ -1024,5 +1030,152 @@ RULES: tuple[Rule, ...] = (
 
 def run_rules(spec: KimiK3DeploymentSpec, facts: Facts) -> list[Finding]:
     resolved = resolve_version(spec.engine.version, spec.engine.image)
+    if spec.disaggregation is None:
+        ctx = Context(spec, facts, resolved.version, resolved.source)
+        return [finding for rule in RULES for finding in rule(ctx)]
+    # Each side of the pair is a deployment of its own for every rule; a finding both sides
+    # share is said once, one that differs is said per side.
+    per_role = {
+        role: [
+            finding
+            for rule in RULES
+            for finding in rule(
+                Context(spec.role_spec(role), facts, resolved.version, resolved.source)
+            )
+        ]
+        for role in DISAGGREGATED_ROLES
+    }
+    prefill, decode = per_role["prefill"], per_role["decode"]
+    found = [f for f in prefill if f in decode]
+    for role, findings in per_role.items():
+        found += [
+            dataclasses.replace(f, id=f"{role}/{f.id}", message=f"{role}: {f.message}")
+            for f in findings
+            if f not in found
+        ]
     ctx = Context(spec, facts, resolved.version, resolved.source)
-    return [finding for rule in RULES for finding in rule(ctx)]
+    return found + list(check_kv_transfer(ctx))
+
+
+# Flags a role's extraArgs may set that enter vLLM's NIXL compatibility hash (the model's
+# dtype, the attention backend, the model's shape through an override): set differently on
+# the two sides, the first handshake refuses the pair.
+HASHED_FLAGS = {
+    "--dtype": "dtype",
+    "--attention-backend": "attn_backend_name",
+    "--hf-overrides": "model (KV heads, head size, layers)",
+    "--quantization": "dtype",
+}
+
+
+def _hashed_settings(args: Sequence[str]) -> dict[str, str]:
+    found: dict[str, str] = {}
+    for index, arg in enumerate(args):
+        name = arg.split("=", 1)[0].replace("_", "-")
+        for flag in HASHED_FLAGS:
+            if flag.startswith(name) and name.startswith("--"):
+                value = (
+                    arg.split("=", 1)[1]
+                    if "=" in arg
+                    else (args[index + 1] if index + 1 < len(args) else "")
+                )
+                found[flag] = value
+    return found
+
+
+def check_kv_transfer(ctx: Context) -> Iterable[Finding]:
+    """Whether the two sides of spec.disaggregation can hand over the KV cache, by the facts
+    of the release read from its wheel: the connector exists; a hybrid target keeps the
+    hybrid KV-cache manager through it; no pipeline parallelism vLLM's NIXL refuses; the
+    decode-context sizes a hybrid transfer needs equal; and both sides render the same
+    factors of NIXL's compatibility hash, which vLLM compares only at the first request."""
+    disaggregation = ctx.spec.disaggregation
+    if disaggregation is None:
+        return
+    connector = KV_CONNECTOR_CLASSES[disaggregation.connector]
+    release = ctx.facts.table.release(ctx.version) if ctx.version is not None else None
+    transfer = (release or {}).get("kvTransfer")
+    if not isinstance(transfer, Mapping):
+        yield Finding(
+            "kv-transfer",
+            "Unknown",
+            Reason.KV_TRANSFER_NEEDS_PROBE,
+            f"the capability table has no KV-transfer facts for {_release_name(ctx)}; "
+            f"whether its {connector} can hand over this pair is not known before it runs",
+        )
+        return
+    nixl = transfer.get("nixl") or {}
+    prefill, decode = ctx.spec.role_spec("prefill"), ctx.spec.role_spec("decode")
+    caps = ctx.target_caps()
+    hybrid = None if caps is None else bool(caps.get("isHybrid"))
+    problems: list[str] = []
+    if connector not in (transfer.get("connectors") or []):
+        problems.append(f"vLLM {_release_name(ctx)} registers no {connector}")
+    if not transfer.get("hybridKvCacheManagerFlag"):
+        problems.append(
+            f"vLLM {_release_name(ctx)} has no --disable-hybrid-kv-cache-manager, which the "
+            "pair's pods are given"
+        )
+    if hybrid and not nixl.get("supportsHybridKvCacheManager"):
+        problems.append(
+            f"{connector} in this release does not support the hybrid KV-cache manager, "
+            f"without which {ctx.architecture} (hybrid) cannot start"
+        )
+    if hybrid and nixl.get("refusesPipelineWithHybrid"):
+        for role, side in (("prefill", prefill), ("decode", decode)):
+            if side.parallelism.pipeline > 1:
+                problems.append(
+                    f"{role} has pipeline parallelism {side.parallelism.pipeline}; {connector} "
+                    f"refuses pipeline_parallel_size > 1 with a hybrid model's KV cache "
+                    f"({ctx.architecture}): use tensor (and expert) parallelism for {role}"
+                )
+    elif nixl.get("refusesDecodePipeline") and decode.parallelism.pipeline > 1:
+        problems.append(
+            f"decode has pipeline parallelism {decode.parallelism.pipeline}; {connector}'s "
+            "consumer (decode) does not support pipeline_parallel_size > 1"
+        )
+    dcp = (prefill.parallelism.decode_context, decode.parallelism.decode_context)
+    if hybrid and nixl.get("hybridNeedsMatchingDecodeContext") and dcp[0] != dcp[1]:
+        problems.append(
+            f"the decode-context parallel sizes differ (prefill {dcp[0]}, decode {dcp[1]}); "
+            f"{connector} refuses a hybrid model's transfer between them at the handshake"
+        )
+    hashed = (
+        _hashed_settings(disaggregation.prefill.extra_args),
+        _hashed_settings(disaggregation.decode.extra_args),
+    )
+    for flag in sorted(set(hashed[0]) | set(hashed[1])):
+        if hashed[0].get(flag) != hashed[1].get(flag):
+            problems.append(
+                f"{flag} differs between the roles' extraArgs (prefill "
+                f"{hashed[0].get(flag, 'unset')!r}, decode {hashed[1].get(flag, 'unset')!r}): "
+                f"it enters NIXL's compatibility hash as {HASHED_FLAGS[flag]}, so the first "
+                "handshake refuses the pair; set it in spec.engine.extraArgs for both"
+            )
+    if problems:
+        yield Finding(
+            "kv-transfer",
+            "Fail",
+            Reason.KV_TRANSFER_INCOMPATIBLE,
+            "the prefill and decode groups cannot hand over the KV cache: " + "; ".join(problems),
+        )
+        return
+    if hybrid is None:
+        yield Finding(
+            "kv-transfer",
+            "Unknown",
+            Reason.KV_TRANSFER_NEEDS_PROBE,
+            f"whether {ctx.architecture} is a hybrid model (which decides what {connector} "
+            "refuses) is not in the capability table; the image probe answers it",
+        )
+        return
+    version = nixl.get("connectorVersion")
+    yield Finding(
+        "kv-transfer",
+        "Pass",
+        Reason.KV_TRANSFER_COMPATIBLE,
+        f"both roles render the same factors of {connector}'s compatibility hash (connector "
+        f"version {version}: model, dtype, KV-cache dtype, hybrid KV-cache manager, "
+        "speculative config, pull mode), and this release's connector takes the pair's "
+        "parallelism",
+    )
