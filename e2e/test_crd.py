@@ -247,6 +247,21 @@ BAD_SPECS: list[tuple[str, dict[str, Any], str]] = [
         {"pod": {"volumeMounts": [{"name": "x", "mountPath": "/etc/x"}]}},
         "pod.volumeMounts names a volume that spec.pod.volumes does not have",
     ),
+    (
+        "pd-with-canary",
+        {"rollout": {"canary": {}}, "disaggregation": {}},
+        "disaggregation cannot be combined with rollout.canary",
+    ),
+    (
+        "pd-role-owned-flag",
+        {"disaggregation": {"decode": {"extraArgs": ["--kv-transfer-config={}"]}}},
+        "a role's extraArgs sets a flag the operator generates",
+    ),
+    (
+        "pd-unknown-connector",
+        {"disaggregation": {"connector": "Mooncake"}},
+        'Unsupported value: "Mooncake"',
+    ),
 ]
 
 FLEET_POD = {
@@ -390,7 +405,13 @@ def test_defaults_are_applied_by_the_api_server(cluster: Cluster, namespace: str
     body = cluster.get("kk3d", "defaults", namespace)
     assert body is not None
     spec = body["spec"]
-    assert spec["parallelism"] == {"tensor": 16, "pipeline": 1, "decodeContext": 1, "expert": False}
+    assert spec["parallelism"] == {
+        "tensor": 16,
+        "pipeline": 1,
+        "decodeContext": 1,
+        "expert": False,
+        "data": 1,
+    }
     assert spec["drafter"]["method"] == "dspark"
     assert spec["model"]["source"] == {"huggingFace": {}}
     assert spec["preflight"] == {"mode": "Enforce", "probe": True}

@@ -69,10 +69,13 @@ fi
   | k apply -f - >&2
 
 # CRDs: LeaderWorkerSet and the Prometheus Operator's monitors and rules.
-for crd in "$manifests"/*_leaderworkersets.yaml "$manifests"/monitoring.coreos.com_*.yaml; do
+for crd in "$manifests"/*_leaderworkersets.yaml "$manifests"/*_disaggregatedsets.yaml \
+  "$manifests"/monitoring.coreos.com_*.yaml; do
   k apply --server-side --force-conflicts -f "$crd" >/dev/null
 done
 KUBECONFIG="$kubeconfig" established crd/leaderworkersets.leaderworkerset.x-k8s.io
+# LeaderWorkerSet's manager (v0.9.0 on) runs the DisaggregatedSet controller beside its own.
+KUBECONFIG="$kubeconfig" established crd/disaggregatedsets.disaggregatedset.x-k8s.io
 KUBECONFIG="$kubeconfig" established crd/podmonitors.monitoring.coreos.com
 
 # The LeaderWorkerSet manager with its webhooks served on 127.0.0.1.

@@ -134,6 +134,33 @@ def _routing_lines(status: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def _disaggregation_lines(status: Mapping[str, Any]) -> list[str]:
+    """Each role's groups, and why a role is short of them; the decode side's baseline."""
+    section: Mapping[str, Any] = status.get("disaggregation") or {}
+    if not section:
+        return []
+    lines = [
+        "",
+        f"Disaggregated: set {section.get('disaggregatedSet', '?')}  "
+        f"connector {section.get('connector', '?')}",
+    ]
+    for role in section.get("roles") or []:
+        if not isinstance(role, Mapping):
+            continue
+        ready = f"{role.get('readyReplicas', 0)}/{role.get('replicas', '?')}"
+        line = f"  {role.get('name')}  ready groups {ready}"
+        if role.get("readyReplicas") != role.get("replicas"):
+            line += f"  {role.get('reason')}: {role.get('message')}"
+        lines.append(line)
+    baseline = section.get("baseline")
+    if isinstance(baseline, Mapping):
+        lines.append(
+            f"  decode held to acceptance {baseline.get('acceptanceRate')} "
+            f"({baseline.get('source')})"
+        )
+    return lines
+
+
 def render_status(body: Mapping[str, Any]) -> str:
     meta = body.get("metadata", {})
     status: Mapping[str, Any] = body.get("status") or {}
@@ -155,6 +182,7 @@ def render_status(body: Mapping[str, Any]) -> str:
     lines += _admission_lines(status)
     lines += _autoscaling_lines(status)
     lines += _routing_lines(status)
+    lines += _disaggregation_lines(status)
     lines += _startup_lines(status)
     lines += _rollout_lines(status)
     speculative: Mapping[str, Any] = status.get("speculative") or {}
