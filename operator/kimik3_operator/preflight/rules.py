@@ -1144,13 +1144,33 @@ def check_kv_transfer(ctx: Context) -> Iterable[Finding]:
         _hashed_settings(disaggregation.prefill.extra_args),
         _hashed_settings(disaggregation.decode.extra_args),
     )
-    for flag in sorted(set(hashed[0]) | set(hashed[1])):
-        if hashed[0].get(flag) != hashed[1].get(flag):
+    # Spelled differently is not yet different (--dtype half is float16): vLLM's own hash,
+    # in the probe, decides.
+    unsure = [
+        f"{flag} (prefill {hashed[0].get(flag, 'unset')!r}, decode "
+        f"{hashed[1].get(flag, 'unset')!r}; hashed as {HASHED_FLAGS[flag]})"
+        for flag in sorted(set(hashed[0]) | set(hashed[1]))
+        if hashed[0].get(flag) != hashed[1].get(flag)
+    ]
+    pair = (ctx.facts.probed_release or {}).get("pair") if ctx.facts.probed is not None else None
+    probed = isinstance(pair, Mapping) and "ok" in pair
+    if probed and isinstance(pair, Mapping) and not pair.get("ok"):
+        if pair.get("side"):
             problems.append(
-                f"{flag} differs between the roles' extraArgs (prefill "
-                f"{hashed[0].get(flag, 'unset')!r}, decode {hashed[1].get(flag, 'unset')!r}): "
-                f"it enters NIXL's compatibility hash as {HASHED_FLAGS[flag]}, so the first "
-                "handshake refuses the pair; set it in spec.engine.extraArgs for both"
+                f"vLLM in spec.engine.image refuses the {pair['side']} side's configuration: "
+                f"{str(pair.get('error', ''))[:400]}"
+            )
+        else:
+            differing = pair.get("differing") or {}
+            named = "; ".join(
+                f"{key} (prefill {values[0]}, decode {values[1]})"
+                for key, values in sorted(differing.items())
+                if isinstance(values, list | tuple) and len(values) == 2
+            )
+            problems.append(
+                f"vLLM's own NIXL compatibility hash differs between the roles (prefill "
+                f"{pair.get('prefillHash')}, decode {pair.get('decodeHash')}) in {named}: the "
+                "decode side's first handshake would refuse every prefill group"
             )
     if problems:
         yield Finding(
@@ -1158,6 +1178,17 @@ def check_kv_transfer(ctx: Context) -> Iterable[Finding]:
             "Fail",
             Reason.KV_TRANSFER_INCOMPATIBLE,
             "the prefill and decode groups cannot hand over the KV cache: " + "; ".join(problems),
+        )
+        return
+    if unsure and not probed:
+        yield Finding(
+            "kv-transfer",
+            "Unknown",
+            Reason.KV_TRANSFER_NEEDS_PROBE,
+            "the roles' extraArgs set flags that enter NIXL's compatibility hash differently: "
+            + "; ".join(unsure)
+            + "; the image probe computes vLLM's own hash of both sides (or set them in "
+            "spec.engine.extraArgs for both)",
         )
         return
     if hybrid is None:
@@ -1170,6 +1201,17 @@ def check_kv_transfer(ctx: Context) -> Iterable[Finding]:
         )
         return
     version = nixl.get("connectorVersion")
+    if probed and isinstance(pair, Mapping):
+        yield Finding(
+            "kv-transfer",
+            "Pass",
+            Reason.KV_TRANSFER_COMPATIBLE,
+            f"vLLM in the image builds both roles' configurations and computes the same "
+            f"{connector} compatibility hash for them ({pair.get('decodeHash')}, connector "
+            f"version {pair.get('connectorVersion')}), and this release's connector takes "
+            "the pair's parallelism",
+        )
+        return
     yield Finding(
         "kv-transfer",
         "Pass",

@@ -245,7 +245,9 @@ def device_stub(platform: str) -> str:
     that platform answers as a CUDA device, the one thing stubbed. What stays unasked is
     the GPU platform's own configuration hook (CUDA's or ROCm's attention backend and kernel
     choices, which only the engine's start on the GPU decides). An image built for the CPU
-    keeps its own platform: its pods run there. Returns what stands in, for the report."""
+    keeps its own platform: its pods run there. The stand-in also answers, as CUDA's and
+    ROCm's platforms do, that it keeps the hybrid KV-cache manager. Returns what stands in,
+    for the report."""
     if _STUB:
         return _STUB[0]
     from vllm.platforms import current_platform
@@ -255,6 +257,9 @@ def device_stub(platform: str) -> str:
         _STUB.append(f"{kind.__name__} ({kind.device_type}), the image's own")
     else:
         kind.device_type = "cuda"
+        # CUDA's and ROCm's platforms both keep the hybrid KV-cache manager, which a
+        # disaggregated pair's pods ask for explicitly; the unspecified platform does not.
+        kind.support_hybrid_kv_cache = classmethod(lambda cls: True)
         _STUB.append(f"{kind.__name__} answering as a CUDA device for {platform}")
     return _STUB[0]
 
@@ -423,6 +428,90 @@ def check_engine(
     return {"ok": True, "device": stub}
 
 
+def _engine_config(
+    argv: list[str], target_dir: pathlib.Path, drafter_dir: pathlib.Path | None
+) -> Any:
+    """VllmConfig from a command line, as `vllm serve` builds it at start (check_engine)."""
+    from vllm.engine.arg_utils import AsyncEngineArgs
+
+    stderr = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(stderr):
+            args = _serve_parser().parse_args(engine_argv(argv, target_dir, drafter_dir))
+    except SystemExit as exc:
+        raise ValueError(stderr.getvalue().strip()[-600:]) from exc
+    if getattr(args, "model_tag", None):
+        args.model = args.model_tag
+    return AsyncEngineArgs.from_cli_args(args).create_engine_config()
+
+
+def _nixl_factors(config: Any) -> tuple[str, dict[str, Any]]:
+    """vLLM's own NIXL compatibility hash of one side, and the factors it hashed (taken as
+    vLLM hands them to its hash function). The attention backend is the one thing the GPU
+    platform picks at start: both sides run the same image on the same platform, so it is
+    named from the configuration (an explicit --attention-backend, else "auto") alike."""
+    import vllm.config.utils as config_utils
+    from vllm.distributed.kv_transfer.kv_connector.v1.nixl import metadata
+
+    seen: dict[str, Any] = {}
+    original = config_utils.hash_factors
+
+    def recording(factors: dict[str, Any]) -> str:
+        seen.update(factors)
+        return str(original(factors))
+
+    attention = getattr(getattr(config, "attention_config", None), "backend", None)
+    config_utils.hash_factors = recording
+    try:
+        digest = metadata.compute_nixl_compatibility_hash(config, str(attention or "auto"))
+    finally:
+        config_utils.hash_factors = original
+    return str(digest), seen
+
+
+def check_pair(
+    serve: dict[str, list[str]],
+    target_dir: pathlib.Path | None,
+    drafter_dir: pathlib.Path | None,
+    platform: str,
+) -> dict[str, Any]:
+    """For a prefill/decode pair: each side's configuration built from its own leader's
+    command line, and vLLM's NIXL compatibility hash of each, which the decode side compares
+    at its first handshake with a prefill group. A factor that differs is named."""
+    sides = {"prefill": serve.get("prefill-leader"), "decode": serve.get("leader")}
+    if not sides["prefill"]:
+        return {}
+    if target_dir is None:
+        return {"skipped": "the target's config.json could not be read"}
+    device_stub(platform)
+    built: dict[str, Any] = {}
+    for side, argv in sides.items():
+        try:
+            built[side] = _engine_config(list(argv or []), target_dir, drafter_dir)
+        except Exception as exc:
+            return {"ok": False, "side": side, "error": _short(exc)}
+    try:
+        hashes = {side: _nixl_factors(config) for side, config in built.items()}
+    except Exception as exc:  # not vLLM's verdict on the pair: say why it was not asked
+        return {"skipped": _short(exc)}
+    (prefill, prefill_factors), (decode, decode_factors) = hashes["prefill"], hashes["decode"]
+    differing = sorted(
+        key
+        for key in set(prefill_factors) | set(decode_factors)
+        if prefill_factors.get(key) != decode_factors.get(key)
+    )
+    return {
+        "ok": prefill == decode,
+        "prefillHash": prefill[:16],
+        "decodeHash": decode[:16],
+        "differing": {
+            key: [repr(prefill_factors.get(key))[:120], repr(decode_factors.get(key))[:120]]
+            for key in differing
+        },
+        "connectorVersion": prefill_factors.get("nixl_connector_version"),
+    }
+
+
 def _subset(config: dict[str, Any] | None, keys: tuple[str, ...]) -> dict[str, Any] | None:
     if config is None:
         return None
@@ -485,6 +574,9 @@ def probe(request: dict[str, Any]) -> dict[str, Any]:
     report["serve"] = check_serve(request.get("serve") or {}, platform)
     leader = (request.get("serve") or {}).get("leader")
     report["engine"] = check_engine(leader, dirs["target"], dirs["drafter"], platform)
+    pair = check_pair(request.get("serve") or {}, dirs["target"], dirs["drafter"], platform)
+    if pair:
+        report["pair"] = pair
     return report
 
 

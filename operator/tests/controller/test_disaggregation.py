@@ -350,10 +350,6 @@ def test_the_pair_passes_where_the_releases_connector_takes_it() -> None:
             {"prefill": {"parallelism": {"tensor": 8, "decodeContext": 2}}},
             "decode-context parallel sizes differ (prefill 2, decode 1)",
         ),
-        (
-            {"prefill": {"extraArgs": ["--dtype", "float16"]}},
-            "--dtype differs between the roles' extraArgs",
-        ),
     ],
 )
 def test_a_pair_that_could_not_hand_over_fails_before_any_pod(
@@ -362,6 +358,12 @@ def test_a_pair_that_could_not_hand_over_fails_before_any_pod(
     finding, _ = _kv_finding(**disaggregation)
     assert (finding.status, finding.reason) == ("Fail", "KVTransferIncompatible")
     assert words in finding.message
+
+
+def test_a_hashed_flag_set_differently_waits_for_vllms_own_hash() -> None:
+    finding, _ = _kv_finding(prefill={"extraArgs": ["--dtype", "half"]}, decode={})
+    assert (finding.status, finding.reason) == ("Unknown", "KVTransferNeedsProbe")
+    assert "--dtype (prefill 'half', decode 'unset'; hashed as dtype)" in finding.message
 
 
 def test_a_release_whose_connector_lacks_the_hybrid_manager_fails_a_hybrid_target() -> None:
