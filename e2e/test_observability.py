@@ -346,6 +346,7 @@ def test_alert_expressions_on_live_data(prometheus: Prometheus) -> None:
         "KimiK3PreflightFailed",
         "KimiK3CanaryRolledBack",
         "KimiK3AutoscalingHeldForAcceptance",
+        "KimiK3TransferLosesDrafterState",
         "KimiK3OperatorDown",
         "KimiK3OperatorNotLeading",
     }
@@ -371,6 +372,7 @@ def test_alert_expressions_on_live_data(prometheus: Prometheus) -> None:
     ]
     assert firing["KimiK3CanaryRolledBack"] == [], "k3's canary is still observed"
     assert firing["KimiK3AutoscalingHeldForAcceptance"] == [], "no deployment is autoscaled"
+    assert firing["KimiK3TransferLosesDrafterState"] == [], "no deployment is disaggregated"
 
 
 def test_alert_unit_tests_with_promtool(tmp_path: pathlib.Path) -> None:
