@@ -1,6 +1,7 @@
 """kube-score and checkov, the checks a platform team runs, on every pod the operator makes for
-each example (the LeaderWorkerSet's leader and worker templates scored as the Pods they
-become, since neither tool reads a LeaderWorkerSet) and on the chart: every finding is fixed or
+each example (the leader and worker templates of a LeaderWorkerSet, or of each role of a
+DisaggregatedSet, scored as the Pods they become, since neither tool reads either) and on the
+chart: every finding is fixed or
 explained in docs/manifest-checks.md, and that page explains no finding that is gone.
 
 Needs no cluster: it sits in the KWOK tier because that is where the tools are built.
@@ -29,15 +30,25 @@ NAMESPACE = "llm"
 FAILING_GRADES = (1, 5)
 
 
-def as_pods(lws: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    """The Pods a LeaderWorkerSet makes: its leader's and workers' templates."""
-    name = lws["metadata"]["name"]
-    for role, template in lws["spec"]["leaderWorkerTemplate"].items():
-        if not role.endswith("Template"):
-            continue
-        meta = {**template["metadata"], "name": f"{name}-{role.removesuffix('Template')}"}
-        meta["namespace"] = lws["metadata"]["namespace"]
-        yield {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": template["spec"]}
+def as_pods(child: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """The Pods a LeaderWorkerSet makes (its leader's and workers' templates), or each role's
+    of a DisaggregatedSet; nothing of any other child."""
+    namespace = child["metadata"]["namespace"]
+    if child["kind"] == "LeaderWorkerSet":
+        sets = [(child["metadata"]["name"], child["spec"])]
+    elif child["kind"] == "DisaggregatedSet":
+        sets = [
+            (f"{child['metadata']['name']}-{r['name']}", r["spec"]) for r in child["spec"]["roles"]
+        ]
+    else:
+        return
+    for name, spec in sets:
+        for role, template in spec["leaderWorkerTemplate"].items():
+            if not role.endswith("Template"):
+                continue
+            meta = {**template["metadata"], "name": f"{name}-{role.removesuffix('Template')}"}
+            meta["namespace"] = namespace
+            yield {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": template["spec"]}
 
 
 def rendered(tmp_path: pathlib.Path) -> list[pathlib.Path]:
@@ -46,7 +57,7 @@ def rendered(tmp_path: pathlib.Path) -> list[pathlib.Path]:
     for example in EXAMPLES:
         resource = load_resource(str(example))
         children = render(resource, NAMESPACE, verdict="Pass")
-        pods = [pod for c in children if c["kind"] == "LeaderWorkerSet" for pod in as_pods(c)]
+        pods = [pod for c in children for pod in as_pods(c)]
         path = tmp_path / example.name
         path.write_text(yaml.safe_dump_all([*children, *pods]))
         files.append(path)
