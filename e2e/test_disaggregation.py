@@ -13,19 +13,17 @@ from __future__ import annotations
 
 import json
 import subprocess
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import yaml
 
-from e2e.support.chart import helm, install_chart, operator_as
+from e2e.support.chart import FAST_READS, chart_operator
 from e2e.support.cluster import (
     Cluster,
     OperatorProcess,
     condition,
-    create_test_namespace,
     kimi,
     wait_for,
 )
@@ -42,32 +40,9 @@ DS_LABEL = "disaggregatedset.x-k8s.io/name"
 
 
 @pytest.fixture
-def chart_operator(cluster: Cluster) -> Iterator[tuple[OperatorProcess, str]]:
-    suffix = uuid.uuid4().hex[:6]
-    system, watched = f"kimik3-{suffix}", f"llm-{suffix}"
-    for ns in (system, watched):
-        create_test_namespace(cluster, ns)
-    release = f"kimik3-operator-{suffix}"
-    install_chart(cluster, release, system, "leaderElection.enabled=false", watched=watched)
-    operator = operator_as(
-        cluster,
-        system,
-        release,
-        watched,
-        "-pd",
-        {
-            "KIMIK3_SCRAPE_URL": "",
-            "KIMIK3_SCRAPE_SECONDS": "1",
-            "KIMIK3_ACCEPTANCE_WINDOW_SECONDS": "5",
-            "KIMIK3_RESYNC_SECONDS": "2",
-        },
-    )
-    operator.start()
-    yield operator, watched
-    operator.stop()
-    helm(cluster, "uninstall", release, "-n", system, "--wait", check=False)
-    for ns in (system, watched):
-        cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+def pd_operator(cluster: Cluster) -> Iterator[tuple[OperatorProcess, str, str]]:
+    with chart_operator(cluster, "-pd", lambda _release: FAST_READS) as running:
+        yield running
 
 
 def spec() -> dict[str, Any]:
@@ -100,9 +75,9 @@ def status_of(cluster: Cluster, namespace: str) -> str:
 
 
 def test_a_disaggregated_deployment_runs_both_roles_from_one_set(
-    cluster: Cluster, chart_operator: tuple[OperatorProcess, str]
+    cluster: Cluster, pd_operator: tuple[OperatorProcess, str, str]
 ) -> None:
-    operator, namespace = chart_operator
+    operator, namespace, _ = pd_operator
     cluster.apply(kimi(NAME, **spec()), namespace)
     servers: dict[str, ModelServer] = {}
     try:

@@ -21,13 +21,12 @@ from typing import Any
 import pytest
 import yaml
 
-from e2e.support.chart import helm, install_chart, operator_as
+from e2e.support.chart import FAST_READS, chart_operator
 from e2e.support.cluster import (
     RUN,
     Cluster,
     OperatorProcess,
     condition,
-    create_test_namespace,
     kimi,
     service_account_kubeconfig,
     wait_for,
@@ -55,32 +54,12 @@ def routed_operator(
 ) -> Iterator[tuple[OperatorProcess, str, str]]:
     """The chart installed (its RBAC, the picker's ClusterRole, the admission policy) and
     the operator run with its ServiceAccount's token, reading the leaders' own addresses."""
-    suffix = uuid.uuid4().hex[:6]
-    system, watched = f"kimik3-{suffix}", f"llm-{suffix}"
-    for ns in (system, watched):
-        create_test_namespace(cluster, ns)
-    release = f"kimik3-operator-{suffix}"
-    install_chart(cluster, release, system, "leaderElection.enabled=false", watched=watched)
-    operator = operator_as(
+    with chart_operator(
         cluster,
-        system,
-        release,
-        watched,
         "-routing",
-        {
-            "KIMIK3_EPP_CLUSTER_ROLE": f"{release}-endpoint-picker",
-            "KIMIK3_SCRAPE_URL": "",
-            "KIMIK3_SCRAPE_SECONDS": "1",
-            "KIMIK3_ACCEPTANCE_WINDOW_SECONDS": "5",
-            "KIMIK3_RESYNC_SECONDS": "2",
-        },
-    )
-    operator.start()
-    yield operator, watched, system
-    operator.stop()
-    helm(cluster, "uninstall", release, "-n", system, "--wait", check=False)
-    for ns in (system, watched):
-        cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+        lambda release: {**FAST_READS, "KIMIK3_EPP_CLUSTER_ROLE": f"{release}-endpoint-picker"},
+    ) as running:
+        yield running
 
 
 def spec(replicas: int) -> dict[str, Any]:

@@ -2,17 +2,29 @@
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
+import uuid
+from collections.abc import Callable, Iterator
 
 from e2e.support.cluster import (
     ROOT,
     RUN,
     Cluster,
     OperatorProcess,
+    create_test_namespace,
     service_account_kubeconfig,
 )
 
 CHART = ROOT / "charts" / "kimik3-operator"
+# The operator reading each leader at its own address, every second, over a 5 s window, and
+# resyncing every 2 s: what a test of the acceptance needs to see it move in seconds.
+FAST_READS = {
+    "KIMIK3_SCRAPE_URL": "",
+    "KIMIK3_SCRAPE_SECONDS": "1",
+    "KIMIK3_ACCEPTANCE_WINDOW_SECONDS": "5",
+    "KIMIK3_RESYNC_SECONDS": "2",
+}
 
 
 SMALL = {
@@ -71,3 +83,28 @@ def operator_as(
         cluster, system, account, RUN / f"sa-{system}{label}.kubeconfig"
     )
     return OperatorProcess(cluster, namespace, kubeconfig, env, label)
+
+
+@contextlib.contextmanager
+def chart_operator(
+    cluster: Cluster, label: str, env: Callable[[str], dict[str, str]]
+) -> Iterator[tuple[OperatorProcess, str, str]]:
+    """The chart installed in a namespace of its own, watching another, and the operator run
+    with its ServiceAccount's token (the chart's RBAC and admission policy), with the
+    settings ``env`` gives for the release's name; yields it, the watched namespace and the
+    chart's. Everything goes afterwards."""
+    suffix = uuid.uuid4().hex[:6]
+    system, watched = f"kimik3-{suffix}", f"llm-{suffix}"
+    for ns in (system, watched):
+        create_test_namespace(cluster, ns)
+    release = f"kimik3-operator-{suffix}"
+    install_chart(cluster, release, system, "leaderElection.enabled=false", watched=watched)
+    operator = operator_as(cluster, system, release, watched, label, env(release))
+    operator.start()
+    try:
+        yield operator, watched, system
+    finally:
+        operator.stop()
+        helm(cluster, "uninstall", release, "-n", system, "--wait", check=False)
+        for ns in (system, watched):
+            cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)

@@ -120,14 +120,7 @@ def errors(spec: KimiK3DeploymentSpec) -> list[SpecError]:
     par, place, drafter = spec.parallelism, spec.placement, spec.drafter
     if spec.replicas < 0:
         found.append(SpecError("spec.replicas", spec.replicas, "must not be negative"))
-    for name, value in (
-        ("tensor", par.tensor),
-        ("pipeline", par.pipeline),
-        ("decodeContext", par.decode_context),
-        ("data", par.data),
-    ):
-        if value < 1:
-            found.append(SpecError(f"spec.parallelism.{name}", value, "must be at least 1"))
+    found += _parallelism_errors(par, "spec.parallelism")
     if place.gpus_per_node < 1:
         found.append(
             SpecError("spec.placement.gpusPerNode", place.gpus_per_node, "must be at least 1")
@@ -770,6 +763,19 @@ def _routing_errors(spec: KimiK3DeploymentSpec) -> list[SpecError]:
     return found
 
 
+def _parallelism_errors(par: ParallelismSpec, path: str) -> list[SpecError]:
+    return [
+        SpecError(f"{path}.{name}", value, "must be at least 1")
+        for name, value in (
+            ("tensor", par.tensor),
+            ("pipeline", par.pipeline),
+            ("decodeContext", par.decode_context),
+            ("data", par.data),
+        )
+        if value < 1
+    ]
+
+
 def _data_parallel_error(par: ParallelismSpec, gpus_per_node: int, path: str) -> SpecError | None:
     """vLLM's data-parallel engines of one group are started by one leader here: a group of
     more than one engine stays on one node."""
@@ -839,16 +845,7 @@ def _disaggregation_errors(spec: KimiK3DeploymentSpec) -> list[SpecError]:
             )
         par = side.parallelism
         if par is not None:
-            for name, value in (
-                ("tensor", par.tensor),
-                ("pipeline", par.pipeline),
-                ("decodeContext", par.decode_context),
-                ("data", par.data),
-            ):
-                if value < 1:
-                    found.append(
-                        SpecError(f"{where}.parallelism.{name}", value, "must be at least 1")
-                    )
+            found += _parallelism_errors(par, f"{where}.parallelism")
             error = _data_parallel_error(par, spec.placement.gpus_per_node, f"{where}.parallelism")
             if error is not None:
                 found.append(error)

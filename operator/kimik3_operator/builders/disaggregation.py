@@ -13,7 +13,11 @@ from kimik3_operator.api.spec import KimiK3DeploymentSpec
 from kimik3_operator.api.types import DISAGGREGATED_ROLES
 from kimik3_operator.builders.command import Transfer
 from kimik3_operator.builders.common import Owner, metadata
-from kimik3_operator.builders.leaderworkerset import pod_templates, queue_labels
+from kimik3_operator.builders.leaderworkerset import (
+    leader_worker_set_spec,
+    pod_templates,
+    queue_labels,
+)
 
 
 def build_disaggregated_set(
@@ -28,23 +32,8 @@ def build_disaggregated_set(
     for role in DISAGGREGATED_ROLES:
         side = spec.role_spec(role)
         transfer = Transfer(role, disaggregation.connector)
-        lws_spec: dict[str, Any] = {
-            "replicas": side.replicas,
-            # As the deployment's own LeaderWorkerSet, for the same reasons
-            # (builders/leaderworkerset.py).
-            "startupPolicy": "LeaderCreated",
-            "networkConfig": {"subdomainPolicy": "UniquePerReplica"},
-            "rolloutStrategy": {
-                "type": "RollingUpdate",
-                "rollingUpdateConfiguration": {
-                    "maxSurge": spec.rollout.max_surge,
-                    "maxUnavailable": spec.rollout.max_unavailable,
-                },
-            },
-            "leaderWorkerTemplate": pod_templates(
-                side, owner, side.paired_drafter, weight_bytes, transfer
-            ),
-        }
+        template = pod_templates(side, owner, side.paired_drafter, weight_bytes, transfer)
+        lws_spec = leader_worker_set_spec(side, template, partition=None)
         if spec.placement.topology_key:
             role_meta: dict[str, Any] = {
                 "annotations": {c.LWS_EXCLUSIVE_TOPOLOGY: spec.placement.topology_key}

@@ -107,24 +107,32 @@ def build_leader_worker_set(
         "apiVersion": f"{c.LWS_GROUP}/{c.LWS_VERSION}",
         "kind": "LeaderWorkerSet",
         "metadata": meta,
-        "spec": {
-            "replicas": spec.replicas,
-            # The leader cannot become ready before its workers join: LeaderReady deadlocks.
-            "startupPolicy": "LeaderCreated",
-            # The shared policy makes LWS create a headless Service named after the LWS, the
-            # name of the leaders' Service: one of them would lose, and with it the workers'
-            # DNS name for the leader. Per replica, LWS names them <name>-<group>.
-            "networkConfig": {"subdomainPolicy": "UniquePerReplica"},
-            "rolloutStrategy": {
-                "type": "RollingUpdate",
-                "rollingUpdateConfiguration": {
-                    "maxSurge": spec.rollout.max_surge,
-                    "maxUnavailable": spec.rollout.max_unavailable,
-                    "partition": rollout.partition,
-                },
-            },
-            "leaderWorkerTemplate": template,
-        },
+        "spec": leader_worker_set_spec(spec, template, rollout.partition),
+    }
+
+
+def leader_worker_set_spec(
+    spec: KimiK3DeploymentSpec, template: dict[str, Any], partition: int | None
+) -> dict[str, Any]:
+    """A LeaderWorkerSet's spec around its ``template``: the deployment's own, or a role's
+    of a DisaggregatedSet (``partition`` None: the set rolls its roles, and its webhook
+    refuses a partition)."""
+    rolling: dict[str, Any] = {
+        "maxSurge": spec.rollout.max_surge,
+        "maxUnavailable": spec.rollout.max_unavailable,
+    }
+    if partition is not None:
+        rolling["partition"] = partition
+    return {
+        "replicas": spec.replicas,
+        # The leader cannot become ready before its workers join: LeaderReady deadlocks.
+        "startupPolicy": "LeaderCreated",
+        # The shared policy makes LWS create a headless Service named after the LWS, the
+        # name of the leaders' Service: one of them would lose, and with it the workers'
+        # DNS name for the leader. Per replica, LWS names them <name>-<group>.
+        "networkConfig": {"subdomainPolicy": "UniquePerReplica"},
+        "rolloutStrategy": {"type": "RollingUpdate", "rollingUpdateConfiguration": rolling},
+        "leaderWorkerTemplate": template,
     }
 
 
