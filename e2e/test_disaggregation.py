@@ -27,7 +27,7 @@ from e2e.support.cluster import (
     kimi,
     wait_for,
 )
-from e2e.support.epp import ModelServer
+from e2e.support.epp import ModelServer, install_crds, remove_crds
 from e2e.support.vllm_exporter import FakeLeader
 
 pytestmark = pytest.mark.kwok
@@ -39,9 +39,22 @@ LOST = (0.2, 0.05, 0.0, 0.0)
 DS_LABEL = "disaggregatedset.x-k8s.io/name"
 
 
+@pytest.fixture(scope="module")
+def inference_crds(cluster: Cluster) -> Iterator[None]:
+    install_crds(cluster)
+    yield
+    remove_crds(cluster)
+
+
 @pytest.fixture
-def pd_operator(cluster: Cluster) -> Iterator[tuple[OperatorProcess, str, str]]:
-    with chart_operator(cluster, "-pd", lambda _release: FAST_READS) as running:
+def pd_operator(
+    cluster: Cluster, inference_crds: None
+) -> Iterator[tuple[OperatorProcess, str, str]]:
+    with chart_operator(
+        cluster,
+        "-pd",
+        lambda release: {**FAST_READS, "KIMIK3_EPP_CLUSTER_ROLE": f"{release}-endpoint-picker"},
+    ) as running:
         yield running
 
 
@@ -52,6 +65,8 @@ def spec() -> dict[str, Any]:
         "placement": {"gpusPerNode": 2},
         "parallelism": {"tensor": 2},
         "preflight": {"probe": False},
+        # llm-d's P/D router over both roles' leaders (its Deployment lands on a KWOK node).
+        "routing": {},
         "disaggregation": {
             # A two-node prefill group, two one-node decode groups: few GPUs, so the test
             # fits beside what other tests of the tier hold.
@@ -135,6 +150,51 @@ def test_a_disaggregated_deployment_runs_both_roles_from_one_set(
             return {a for s in slices for e in s.get("endpoints") or [] for a in e["addresses"]}
 
         wait_for(lambda: endpoints() == decode_leaders, 60, "the Service's endpoints")
+        # ... on their routing sidecars' port, the engines' moved behind them.
+        for pod in pods["decode"]:
+            if pod["metadata"]["labels"]["app.kubernetes.io/component"] != "leader":
+                continue
+            (sidecar,) = pod["spec"]["initContainers"]
+            assert sidecar["name"] == "routing-proxy" and sidecar["restartPolicy"] == "Always"
+            assert "--vllm-port=8200" in sidecar["args"]
+        ports = {
+            p["port"]
+            for s in cluster.items(
+                "endpointslices", namespace, f"kubernetes.io/service-name={NAME}"
+            )
+            for p in s.get("ports") or []
+        }
+        assert ports == {8000}, ports
+
+        # The P/D router: llm-d's image and profiles, one pool of both roles' routable
+        # leaders, each leader labelled by its own role's decision.
+        picker = cluster.get("deployment", f"{NAME}-epp", namespace) or {}
+        image = picker["spec"]["template"]["spec"]["containers"][0]["image"]
+        assert image == "ghcr.io/llm-d/llm-d-router-endpoint-picker:v0.10.0"
+        config = cluster.get("configmap", f"{NAME}-epp", namespace) or {}
+        assert "kind: EndpointPickerConfig" in config["data"]["config.yaml"]
+        assert "decode-filter" in config["data"]["config.yaml"]
+        pool = cluster.get("inferencepool", NAME, namespace) or {}
+        assert "serving.kimik3.io/role" not in pool["spec"]["selector"]["matchLabels"]
+
+        def routable() -> dict[str, list[str]]:
+            found: dict[str, list[str]] = {}
+            for role, members in pods_by_role(cluster, namespace).items():
+                found[role] = sorted(
+                    p["metadata"]["labels"].get("serving.kimik3.io/routable", "")
+                    for p in members
+                    if p["metadata"]["labels"]["app.kubernetes.io/component"] == "leader"
+                )
+            return found
+
+        wait_for(
+            lambda: routable() == {"prefill": ["true"], "decode": ["true", "true"]},
+            60,
+            "each role's leaders routable",
+            lambda: json.dumps(routable()),
+        )
+        section = (cluster.get("kk3d", NAME, namespace) or {})["status"]["routing"]
+        assert section["routableGroups"] == 3 and sorted(section["roles"]) == ["decode", "prefill"]
 
         # The decode side accepts far less than the deployment's floor: a transfer that lost
         # the drafter's state, which nothing else shows (the answers keep coming).
@@ -143,7 +203,9 @@ def test_a_disaggregated_deployment_runs_both_roles_from_one_set(
                 address = pod["status"]["podIP"]
                 if pod["metadata"]["labels"]["app.kubernetes.io/component"] != "leader":
                     continue
-                server = ModelServer(address, leader=FakeLeader(per_position=pattern))
+                # A decode leader's engine serves behind its routing sidecar, on 8200.
+                port = 8200 if role == "decode" else 8000
+                server = ModelServer(address, port, leader=FakeLeader(per_position=pattern))
                 server.start()
                 servers[address] = server
         wait_for(

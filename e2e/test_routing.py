@@ -330,7 +330,7 @@ def test_the_picker_routes_to_the_least_loaded_leader_and_never_to_a_collapsed_g
             "spec": {**picker_deployment["spec"]},
         }
         other["spec"]["template"]["spec"]["containers"][0]["image"] = "example.com/miner:1"
-        assert "run only the endpoint picker's image" in as_operator(
+        assert "run only the endpoint pickers' images" in as_operator(
             "apply",
             "--server-side",
             "--dry-run=server",

@@ -109,6 +109,13 @@ build_others() {
     mv "$built/gateway" "$epp_dir/epp-gateway"
     rm -rf "$built"
   fi
+  if [[ ! -x "$sim_dir/llm-d-inference-sim" ]]; then
+    echo "building llm-d-inference-sim (github.com/llm-d/llm-d-inference-sim ${SIM_VERSION})" >&2
+    mkdir -p "$sim_dir"
+    (cd "$here/sim" && go build -trimpath -ldflags "-s -w" -o "$sim_dir/llm-d-inference-sim.tmp" \
+      github.com/llm-d/llm-d-inference-sim/cmd/llm-d-inference-sim)
+    mv "$sim_dir/llm-d-inference-sim.tmp" "$sim_dir/llm-d-inference-sim"
+  fi
   if [[ ! -x "$promop_dir/prometheus-operator" ]]; then
     echo "building prometheus-operator (cmd/operator ${PROMETHEUS_OPERATOR_VERSION})" >&2
     mkdir -p "$promop_dir"
@@ -132,7 +139,7 @@ wait "$k8s_pid" || failed=1
 wait "$others_pid" || failed=1
 ((failed == 0)) || { echo "cluster tools: a build failed (above)" >&2; exit 1; }
 for dir in "$k8s_dir" "$kwok_dir" "$helm_dir" "$lws_dir" "$kueue_dir" "$keda_dir" "$epp_dir" \
-  "$kube_score_dir" "$promop_dir"; do
+  "$kube_score_dir" "$promop_dir" "$sim_dir"; do
   ln -f "$dir"/* "$bin/"
 done
 

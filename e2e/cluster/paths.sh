@@ -19,10 +19,11 @@ keda_dir="$cache_root/tools/keda-${KEDA_VERSION}-$(module_key keda)"
 epp_key="$(cat "$cluster_dir"/epp/{go.mod,go.sum,gateway/main.go} | sha256sum | cut -c1-12)"
 epp_dir="$cache_root/tools/epp-${EPP_VERSION}-${epp_key}"
 kube_score_dir="$cache_root/tools/kube-score-${KUBE_SCORE_VERSION}"
+sim_dir="$cache_root/tools/sim-${SIM_VERSION}-$(module_key sim)"
 promop_dir="$cache_root/tools/prometheus-operator-${PROMETHEUS_OPERATOR_VERSION}-$(module_key promop)"
 # The directory the scripts and tests use: hard links to every component's binaries, keyed by
 # all their versions.
-tools_key="k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}_helm-${HELM_VERSION}_lws-${LWS_VERSION}_kueue-${KUEUE_VERSION}_keda-${KEDA_VERSION}_epp-${EPP_VERSION}-${epp_key}_kube-score-${KUBE_SCORE_VERSION}_promop-${PROMETHEUS_OPERATOR_VERSION}"
+tools_key="k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}_helm-${HELM_VERSION}_lws-${LWS_VERSION}_kueue-${KUEUE_VERSION}_keda-${KEDA_VERSION}_epp-${EPP_VERSION}-${epp_key}_kube-score-${KUBE_SCORE_VERSION}_promop-${PROMETHEUS_OPERATOR_VERSION}_sim-${SIM_VERSION}"
 bin="$cache_root/tools/$tools_key/bin"
 # CoreDNS is keyed by its own module (version and plugins), so a change there does not
 # rebuild the Kubernetes binaries.

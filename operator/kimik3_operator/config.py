@@ -59,6 +59,10 @@ class Settings:
     # ClusterRole its RoleBinding in each namespace names (the chart makes it).
     epp_image: str = c.DEFAULT_EPP_IMAGE
     epp_cluster_role: str = c.DEFAULT_EPP_CLUSTER_ROLE
+    # A disaggregated deployment's router (routing.pdEndpointPickerImage) and the routing
+    # sidecar in front of its decode leaders (disaggregation.routingSidecarImage).
+    pd_picker_image: str = c.DEFAULT_PD_PICKER_IMAGE
+    routing_sidecar_image: str = c.DEFAULT_ROUTING_SIDECAR_IMAGE
     # Test clusters without GPUs only: a --speculative-config (JSON) used verbatim for
     # resources whose preflight is Disabled, so vLLM's CPU build can run a method it has.
 
@@ -111,6 +115,10 @@ class Settings:
             ),
             epp_image=read.image("KIMIK3_EPP_IMAGE", cls.epp_image),
             epp_cluster_role=read.name("KIMIK3_EPP_CLUSTER_ROLE", cls.epp_cluster_role),
+            pd_picker_image=read.image("KIMIK3_PD_PICKER_IMAGE", cls.pd_picker_image),
+            routing_sidecar_image=read.image(
+                "KIMIK3_ROUTING_SIDECAR_IMAGE", cls.routing_sidecar_image
+            ),
             lease_name=read.name("KIMIK3_LEASE_NAME", cls.lease_name),
             lease_namespace=lease_namespace,
             lease_seconds=read.number("KIMIK3_LEASE_SECONDS", cls.lease_seconds, 1, 3600),

@@ -100,6 +100,18 @@ LLM_D_ROLE_LABEL: Final = "llm-d.ai/role"
 NIXL_SIDE_CHANNEL_PORT: Final = 5600
 # spec.disaggregation.connector -> vLLM's connector class.
 KV_CONNECTOR_CLASSES: Final = {"Nixl": "NixlConnector"}
+# spec.disaggregation.connector -> the name llm-d's routing sidecar gives its protocol.
+SIDECAR_KV_CONNECTORS: Final = {"Nixl": "nixlv2"}
+# llm-d's P/D routing sidecar, in front of each decode leader: a request the P/D router
+# names a prefill leader for (header x-prefiller-host-port) is prefilled there first, and the
+# decode engine pulls its KV cache. It listens on the deployment's service port; the decode
+# engine moves to DECODE_ENGINE_PORT (the next port when the service port is that one).
+DEFAULT_ROUTING_SIDECAR_IMAGE: Final = "ghcr.io/llm-d/llm-d-router-disagg-sidecar:v0.10.0"
+DECODE_ENGINE_PORT: Final = 8200
+SIDECAR_PORT_NAME: Final = "proxy"
+# llm-d's router (endpoint picker) with the P/D plugins, which spec.routing runs for a
+# disaggregated deployment: the Inference Extension's own picker has no P/D profiles.
+DEFAULT_PD_PICKER_IMAGE: Final = "ghcr.io/llm-d/llm-d-router-endpoint-picker:v0.10.0"
 
 MONITORING_GROUP: Final = "monitoring.coreos.com"
 PODMONITOR_CRD: Final = f"podmonitors.{MONITORING_GROUP}"

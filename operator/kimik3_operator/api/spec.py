@@ -7,6 +7,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from kimik3_operator.api import constants as c
 from kimik3_operator.api.pairing import ResolvedDrafter, resolve_drafter
 from kimik3_operator.api.types import (
     AutoscalingSpec,
@@ -106,12 +107,19 @@ class KimiK3DeploymentSpec:
         engine = dataclasses.replace(
             self.engine, extra_args=(*self.engine.extra_args, *side.extra_args)
         )
+        # The decode engine serves behind the routing sidecar, which takes the service port.
+        service = (
+            dataclasses.replace(self.service, port=decode_engine_port(self.service.port))
+            if role == "decode"
+            else self.service
+        )
         return dataclasses.replace(
             self,
             replicas=side.replicas,
             parallelism=side.parallelism or self.parallelism,
             resources=side.resources or self.resources,
             engine=engine,
+            service=service,
         )
 
     @property
@@ -123,3 +131,10 @@ class KimiK3DeploymentSpec:
         """The drafter this deployment runs, after pairing (None: ``method: none``). The
         preflight, the builders and the status all read this one answer."""
         return resolve_drafter(self.model.repo, self.drafter)
+
+
+def decode_engine_port(service_port: int) -> int:
+    """Where a decode leader's engine listens: behind the routing sidecar on the service
+    port, so never on it."""
+    port = c.DECODE_ENGINE_PORT
+    return port if service_port != port else port + 1

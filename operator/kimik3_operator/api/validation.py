@@ -803,7 +803,6 @@ def _disaggregation_errors(spec: KimiK3DeploymentSpec) -> list[SpecError]:
     for other, present in (
         ("spec.rollout.canary", spec.rollout.canary is not None),
         ("spec.autoscaling", spec.autoscaling is not None),
-        ("spec.routing", spec.routing is not None),
         ("spec.scheduling.queueName", spec.queued),
     ):
         if present:

@@ -60,7 +60,8 @@ def desired_children(
             build_download_job(spec, owner),
         ]
     if "groups" in parts and spec.disaggregated:
-        children.append(build_disaggregated_set(spec, owner, weight_bytes))
+        sidecar = (picker or PickerSettings()).sidecar_image
+        children.append(build_disaggregated_set(spec, owner, weight_bytes, sidecar))
     elif "groups" in parts:
         children.append(
             build_leader_worker_set(

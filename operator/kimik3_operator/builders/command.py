@@ -28,6 +28,10 @@ class Transfer:
 
     role: Literal["prefill", "decode"]
     connector: str = "Nixl"
+    # The decode leader's routing sidecar: its image (None: none) and the port it takes,
+    # the deployment's service port.
+    sidecar_image: str | None = None
+    sidecar_port: int = 8000
 
     def args(self) -> list[str]:
         config = {

@@ -21,8 +21,12 @@ from kimik3_operator.builders.leaderworkerset import (
 
 
 def build_disaggregated_set(
-    spec: KimiK3DeploymentSpec, owner: Owner, weight_bytes: int | None = None
+    spec: KimiK3DeploymentSpec,
+    owner: Owner,
+    weight_bytes: int | None = None,
+    sidecar_image: str = c.DEFAULT_ROUTING_SIDECAR_IMAGE,
 ) -> dict[str, Any]:
+    """``sidecar_image``: the operator's setting for the decode leaders' routing sidecar."""
     disaggregation = spec.disaggregation
     if disaggregation is None:
         raise ValueError("spec.disaggregation is not set")
@@ -31,7 +35,12 @@ def build_disaggregated_set(
     roles = []
     for role in DISAGGREGATED_ROLES:
         side = spec.role_spec(role)
-        transfer = Transfer(role, disaggregation.connector)
+        transfer = Transfer(
+            role,
+            disaggregation.connector,
+            sidecar_image=sidecar_image if role == "decode" else None,
+            sidecar_port=spec.service.port,
+        )
         template = pod_templates(side, owner, side.paired_drafter, weight_bytes, transfer)
         lws_spec = leader_worker_set_spec(side, template, partition=None)
         if spec.placement.topology_key:

@@ -30,6 +30,7 @@ from kimik3_operator.builders.common import (
 )
 from kimik3_operator.builders.health_checks import KIMI_K3_WEIGHT_BYTES, leader_health_checks
 from kimik3_operator.builders.model_cache import CACHE_MOUNT, HUB_CACHE, cache_claim_name
+from kimik3_operator.builders.sidecar import routing_sidecar
 
 CONTAINER_NAME = "vllm"
 
@@ -250,8 +251,14 @@ def _pod_template(
             *container.get("ports", []),
         ]
         container.update(leader_health_checks(spec, PORT_NAME, weight_bytes))
+    sidecars = (
+        [routing_sidecar(transfer, spec.service.port)]
+        if role == "leader" and transfer is not None and transfer.sidecar_image
+        else []
+    )
     pod_spec: dict[str, Any] = hardened(
         {
+            **({"initContainers": sidecars} if sidecars else {}),
             "containers": [container],
             "volumes": _volumes(spec, owner),
             # The drain, then shard and NCCL teardown: do not cut them short.

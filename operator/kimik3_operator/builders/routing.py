@@ -40,6 +40,10 @@ class PickerSettings:
     image: str = c.DEFAULT_EPP_IMAGE
     # The ClusterRole the chart ships with what an EPP reads; bound in each namespace.
     cluster_role: str = c.DEFAULT_EPP_CLUSTER_ROLE
+    # A disaggregated deployment's: llm-d's router, with its P/D profiles, and the routing
+    # sidecar in front of each decode leader.
+    pd_image: str = c.DEFAULT_PD_PICKER_IMAGE
+    sidecar_image: str = c.DEFAULT_ROUTING_SIDECAR_IMAGE
 
 
 def routable_selector(owner: Owner) -> dict[str, str]:
@@ -82,6 +86,50 @@ def picker_config() -> str:
     return yaml.safe_dump(config, sort_keys=False)
 
 
+def pd_picker_config() -> str:
+    """llm-d's router for a prefill/decode pair: every request is disaggregated (the
+    deployment asked for it), the prefill leader picked by its queued prompt tokens among the
+    ``llm-d.ai/role: prefill`` leaders, the decode leader by its requests in flight among the
+    decode ones (the profiles of llm-d's own P/D guide, without its prefix-affinity gate,
+    whose threshold is measured per fleet)."""
+    config = {
+        "apiVersion": "llm-d.ai/v1",
+        "kind": "EndpointPickerConfig",
+        "plugins": [
+            {"type": "always-disagg-pd-decider"},
+            {
+                "type": "disagg-profile-handler",
+                "parameters": {"deciders": {"prefill": "always-disagg-pd-decider"}},
+            },
+            {"type": "prefill-filter"},
+            {"type": "decode-filter"},
+            {"type": "inflight-load-producer"},
+            {"type": "token-load-scorer"},
+            {"type": "active-request-scorer"},
+            {"type": "max-score-picker"},
+        ],
+        "schedulingProfiles": [
+            {
+                "name": "prefill",
+                "plugins": [
+                    {"pluginRef": "prefill-filter"},
+                    {"pluginRef": "token-load-scorer"},
+                    {"pluginRef": "max-score-picker"},
+                ],
+            },
+            {
+                "name": "decode",
+                "plugins": [
+                    {"pluginRef": "decode-filter"},
+                    {"pluginRef": "active-request-scorer"},
+                    {"pluginRef": "max-score-picker"},
+                ],
+            },
+        ],
+    }
+    return yaml.safe_dump(config, sort_keys=False)
+
+
 def picker_args(owner: Owner) -> list[str]:
     """The EPP's flags (v1.5.0), named in full so an image's defaults cannot differ."""
     return [
@@ -116,12 +164,13 @@ def build_inference_pool(spec: KimiK3DeploymentSpec, owner: Owner) -> dict[str, 
     }
 
 
-def build_picker_config_map(owner: Owner) -> dict[str, Any]:
+def build_picker_config_map(spec: KimiK3DeploymentSpec, owner: Owner) -> dict[str, Any]:
+    config = pd_picker_config() if spec.disaggregated else picker_config()
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": metadata(owner, names.endpoint_picker(owner.name), c.COMPONENT_EPP),
-        "data": {CONFIG_KEY: picker_config()},
+        "data": {CONFIG_KEY: config},
     }
 
 
@@ -161,7 +210,7 @@ def build_picker_deployment(
     name = names.endpoint_picker(owner.name)
     container = {
         "name": "epp",
-        "image": settings.image,
+        "image": settings.pd_image if spec.disaggregated else settings.image,
         "imagePullPolicy": "IfNotPresent",
         "args": picker_args(owner),
         "ports": [
@@ -317,7 +366,7 @@ def routing_children(
     found = [
         build_picker_service_account(owner),
         build_picker_role_binding(owner, settings),
-        build_picker_config_map(owner),
+        build_picker_config_map(spec, owner),
         build_picker_deployment(spec, owner, settings),
         build_picker_service(owner),
         build_inference_pool(spec, owner),

@@ -31,7 +31,8 @@ def build_service(spec: KimiK3DeploymentSpec, owner: Owner) -> dict[str, Any]:
                 {
                     "name": PORT_NAME,
                     "port": spec.service.port,
-                    "targetPort": PORT_NAME,
+                    # A decode leader's routing sidecar, in front of its engine.
+                    "targetPort": c.SIDECAR_PORT_NAME if spec.disaggregated else PORT_NAME,
                     "protocol": "TCP",
                 }
             ],

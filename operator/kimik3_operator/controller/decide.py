@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -14,6 +14,7 @@ from kimik3_operator.api import names
 from kimik3_operator.api.conditions import Condition, changed
 from kimik3_operator.api.constants import ConditionType, Reason
 from kimik3_operator.api.spec import KimiK3DeploymentSpec
+from kimik3_operator.api.types import DISAGGREGATED_ROLES
 from kimik3_operator.builders.children import Part, desired_children
 from kimik3_operator.builders.common import with_spec_hash
 from kimik3_operator.builders.model_cache import (
@@ -35,6 +36,7 @@ from kimik3_operator.controller.drift import needs_apply
 from kimik3_operator.controller.rollout import RolloutStep, rollout_step
 from kimik3_operator.controller.routing import (
     GroupInput,
+    RolePlans,
     RoutingInput,
     RoutingPlan,
     canary_groups,
@@ -69,7 +71,7 @@ from kimik3_operator.observation.model_cache import (
     with_collection,
 )
 from kimik3_operator.observation.pod_security import namespace_policy
-from kimik3_operator.observation.pods import from_leader_set, pod_ready
+from kimik3_operator.observation.pods import from_leader_set, from_role_set, pod_ready
 from kimik3_operator.observation.workload import (
     Observation,
     RoleObservation,
@@ -605,7 +607,7 @@ def _routing(
     gate: Gate,
     rollout_section: Mapping[str, Any] | None,
     plan: _Plan,
-) -> RoutingPlan | None:
+) -> RoutingPlan | RolePlans | None:
     """spec.routing's children and the routable label on each leader; None without it
     (then its children go). Nothing is made for a spec that has not passed the preflight."""
     refs = _routing_refs(snap.owner.name)
@@ -644,14 +646,42 @@ def _routing(
     picker = snap.get(picker_ref)
     ready = int(((picker or {}).get("status") or {}).get("readyReplicas") or 0)
     found = RoutingInput(
-        groups=_routing_groups(snap, spec, rates),
+        groups=(),
         max_acceptance_drop=spec.routing.max_acceptance_drop,
         canary_judged=judged,
         canary_failed=failed,
         picker_ready=None if picker is None else ready > 0,
         parents=_pool_parents(snap.get(pool_ref)),
     )
-    decided = routing_plan(found)
+    decided: RoutingPlan | RolePlans
+    if spec.disaggregated:
+        decided = RolePlans(
+            {
+                role: routing_plan(
+                    dataclasses.replace(
+                        found,
+                        groups=_routing_groups(
+                            snap,
+                            spec.role_spec(role),
+                            # Prefill answers one token per request: it drafts nothing.
+                            rates if role == "decode" else {},
+                            _role_set(snap.owner.name, role),
+                        ),
+                    )
+                )
+                for role in DISAGGREGATED_ROLES
+            }
+        )
+    else:
+        owner_set = names.leader_worker_set(snap.owner.name)
+        decided = routing_plan(
+            dataclasses.replace(
+                found,
+                groups=_routing_groups(
+                    snap, spec, rates, lambda meta: from_leader_set(meta, owner_set)
+                ),
+            )
+        )
     for change in decided.labels:
         body = {"metadata": {"labels": {c.LABEL_ROUTABLE: change.value}}}
         plan.writes.append(Write("patch", ("v1", "Pod", change.pod), body))
@@ -659,13 +689,17 @@ def _routing(
 
 
 def _routing_groups(
-    snap: Snapshot, spec: KimiK3DeploymentSpec, rates: Mapping[int, float]
+    snap: Snapshot,
+    spec: KimiK3DeploymentSpec,
+    rates: Mapping[int, float],
+    owned: Callable[[Mapping[str, Any]], bool],
 ) -> tuple[GroupInput, ...]:
     """Each group's leader: only pods the LeaderWorkerSet's leader StatefulSet controls (a
     namespace user's pod with our labels is never labelled), one per group index. A group is
     ready when all its pods are: a leader whose workers are missing or not Ready cannot
     serve, whatever its own probe says."""
-    ready_pods: dict[str, int] = {}
+    # By LeaderWorkerSet and index: a DisaggregatedSet's roles (and revisions) repeat indices.
+    ready_pods: dict[tuple[str, str], int] = {}
     for pod in snap.pods:
         meta = pod.get("metadata") or {}
         labels = meta.get("labels") or {}
@@ -674,8 +708,8 @@ def _routing_groups(
             and not meta.get("deletionTimestamp")
             and pod_ready(pod)
         ):
-            index = str(labels.get(c.LWS_GROUP_INDEX_LABEL, ""))
-            ready_pods[index] = ready_pods.get(index, 0) + 1
+            key = _group_key(labels)
+            ready_pods[key] = ready_pods.get(key, 0) + 1
     chosen: dict[int, GroupInput] = {}
     for pod in snap.pods:
         meta = pod.get("metadata") or {}
@@ -684,7 +718,7 @@ def _routing_groups(
         if (
             labels.get(c.LABEL_COMPONENT) != c.COMPONENT_LEADER
             or meta.get("deletionTimestamp")
-            or not from_leader_set(meta, names.leader_worker_set(snap.owner.name))
+            or not owned(meta)
             or not (index.isdigit() and len(index) <= 6)
         ):
             continue
@@ -694,12 +728,21 @@ def _routing_groups(
             GroupInput(
                 index=group,
                 leader=str(meta.get("name")),
-                ready=pod_ready(pod) and ready_pods.get(index, 0) >= spec.nodes_per_replica,
+                ready=pod_ready(pod)
+                and ready_pods.get(_group_key(labels), 0) >= spec.nodes_per_replica,
                 label=str(labels.get(c.LABEL_ROUTABLE, "")),
                 acceptance=rates.get(group),
             ),
         )
     return tuple(chosen[i] for i in sorted(chosen))
+
+
+def _role_set(owner_name: str, role: str) -> Callable[[Mapping[str, Any]], bool]:
+    return lambda meta: from_role_set(meta, owner_name, role)
+
+
+def _group_key(labels: Mapping[str, Any]) -> tuple[str, str]:
+    return (str(labels.get(c.LWS_NAME_LABEL, "")), str(labels.get(c.LWS_GROUP_INDEX_LABEL, "")))
 
 
 def _pool_parents(pool: Obj | None) -> tuple[Mapping[str, Any], ...]:

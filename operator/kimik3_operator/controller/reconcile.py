@@ -70,6 +70,8 @@ def reconcile_for_runtime(
     prometheus_url: str = c.DEFAULT_PROMETHEUS_URL,
     epp_image: str = c.DEFAULT_EPP_IMAGE,
     epp_cluster_role: str = c.DEFAULT_EPP_CLUSTER_ROLE,
+    pd_picker_image: str = c.DEFAULT_PD_PICKER_IMAGE,
+    routing_sidecar_image: str = c.DEFAULT_ROUTING_SIDECAR_IMAGE,
 ) -> ReconcileResult:
     """``reconcile`` as the runtime's manager calls it (its Reconciler)."""
     context = Context(
@@ -80,6 +82,6 @@ def reconcile_for_runtime(
         kueue_admission_gate=kueue_admission_gate,
         service_accounts=service_accounts,
         prometheus_url=prometheus_url,
-        picker=PickerSettings(epp_image, epp_cluster_role),
+        picker=PickerSettings(epp_image, epp_cluster_role, pd_picker_image, routing_sidecar_image),
     )
     return reconcile(kube, key, context)

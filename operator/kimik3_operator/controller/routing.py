@@ -9,6 +9,7 @@ group serves, an empty pool does not.
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -253,3 +254,57 @@ def _condition(
         Reason.ROUTING_ACTIVE,
         f"the endpoint picker routes to all {len(routable)} group(s)",
     )
+
+
+@dataclass(frozen=True)
+class RolePlans:
+    """A disaggregated deployment's routing: one plan per role, each over its own groups
+    (group indices repeat across roles). The P/D router picks a prefill and a decode leader
+    per request, so each role keeps its own last routable group; only decode groups draft,
+    so only they can leave routing for a collapsed acceptance."""
+
+    plans: Mapping[str, RoutingPlan]
+
+    @property
+    def labels(self) -> tuple[LabelChange, ...]:
+        return tuple(change for plan in self.plans.values() for change in plan.labels)
+
+    @property
+    def notices(self) -> tuple[Condition, ...]:
+        return tuple(
+            dataclasses.replace(notice, message=f"{role} {notice.message}")
+            for role, plan in self.plans.items()
+            for notice in plan.notices
+        )
+
+    @property
+    def condition(self) -> Condition:
+        conditions = {role: plan.condition for role, plan in self.plans.items()}
+        for cond in conditions.values():
+            if cond.status != "True":
+                # The pool, the picker or the gateway: the same for both roles.
+                return cond
+        out = {
+            role: cond
+            for role, cond in conditions.items()
+            if cond.reason == Reason.GROUPS_OUT_OF_ROUTING
+        }
+        if out:
+            first = next(iter(out.values()))
+            why = "; ".join(f"{role}: {cond.message}" for role, cond in out.items())
+            return dataclasses.replace(first, message=why[:900])
+        counts = " and ".join(f"{len(plan.routable)} {role}" for role, plan in self.plans.items())
+        return Condition(
+            ConditionType.ROUTING,
+            "True",
+            Reason.ROUTING_ACTIVE,
+            f"the P/D router picks a prefill and a decode leader per request from all "
+            f"{counts} group(s)",
+        )
+
+    def section(self) -> dict[str, Any]:
+        """status.routing: the groups routable in all, and each role's own section."""
+        return {
+            "routableGroups": sum(len(plan.routable) for plan in self.plans.values()),
+            "roles": {role: plan.section() for role, plan in self.plans.items()},
+        }

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
+
+from kimik3_operator.api import constants as c
+from kimik3_operator.api import names
 
 
 def from_leader_set(meta: Mapping[str, Any], name: str) -> bool:
@@ -25,4 +29,21 @@ def pod_ready(pod: Mapping[str, Any]) -> bool:
         cond.get("type") == "Ready" and cond.get("status") == "True"
         for cond in (pod.get("status") or {}).get("conditions") or []
         if isinstance(cond, Mapping)
+    )
+
+
+def from_role_set(meta: Mapping[str, Any], owner_name: str, role: str) -> bool:
+    """Whether a pod is of one role of the deployment's DisaggregatedSet: labelled with the
+    role and controlled by the leader StatefulSet of a LeaderWorkerSet the set names
+    <set>-<revision>-<role> (a rollout runs two revisions side by side)."""
+    labels = meta.get("labels") or {}
+    set_name = str(labels.get(c.LWS_NAME_LABEL, ""))
+    pattern = (
+        rf"^{re.escape(names.disaggregated_set(owner_name))}-[a-z0-9]{{{names.DS_REVISION}}}"
+        rf"-{re.escape(role)}$"
+    )
+    return (
+        labels.get(c.LABEL_ROLE) == role
+        and re.match(pattern, set_name) is not None
+        and from_leader_set(meta, set_name)
     )

@@ -83,6 +83,8 @@ class Reconciler(Protocol):
         prometheus_url: str,
         epp_image: str,
         epp_cluster_role: str,
+        pd_picker_image: str,
+        routing_sidecar_image: str,
     ) -> object: ...
 
 
@@ -313,6 +315,8 @@ class Manager:
                 prometheus_url=self.settings.prometheus_url,
                 epp_image=self.settings.epp_image,
                 epp_cluster_role=self.settings.epp_cluster_role,
+                pd_picker_image=self.settings.pd_picker_image,
+                routing_sidecar_image=self.settings.routing_sidecar_image,
             )
         except Exception as exc:
             delay = self.queue.add_after_failure(key)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import math
-import re
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -21,7 +20,6 @@ from typing import Any
 
 from kimik3_operator import metrics
 from kimik3_operator.api import constants as c
-from kimik3_operator.api import names
 from kimik3_operator.api.parse import parse_spec
 from kimik3_operator.api.spec import KimiK3DeploymentSpec
 from kimik3_operator.api.types import DISAGGREGATED_ROLES, SpecError
@@ -44,7 +42,7 @@ from kimik3_operator.observation.download_progress import (
     parse_progress,
     progress_fields,
 )
-from kimik3_operator.observation.pods import from_leader_set, pod_ready
+from kimik3_operator.observation.pods import from_leader_set, from_role_set, pod_ready
 from kimik3_operator.observation.status_input import readable_status
 from kimik3_operator.runtime.bounded_http import DEFAULT_DEADLINE_SECONDS
 from kimik3_operator.runtime.bounded_http import fetch as bounded_fetch
@@ -95,24 +93,22 @@ def scraped_leaders(
         return _one_per_group(pods, groups, lambda meta: from_leader_set(meta, name))
     found: list[Mapping[str, Any]] = []
     for role in DISAGGREGATED_ROLES:
-        pattern = re.compile(
-            rf"^{re.escape(names.disaggregated_set(name))}-[a-z0-9]{{{names.DS_REVISION}}}-{role}$"
-        )
 
-        def owned(
-            meta: Mapping[str, Any], role: str = role, pattern: re.Pattern[str] = pattern
-        ) -> bool:
-            labels = meta.get("labels") or {}
-            set_name = str(labels.get(c.LWS_NAME_LABEL, ""))
-            return (
-                labels.get(c.LABEL_ROLE) == role
-                and bool(pattern.match(set_name))
-                and from_leader_set(meta, set_name)
-            )
+        def owned(meta: Mapping[str, Any], role: str = role) -> bool:
+            return from_role_set(meta, name, role)
 
         # A rollout of the set runs two revisions of a role side by side.
         found += _one_per_group(pods, 2 * spec.role_spec(role).replicas, owned)
     return found
+
+
+def engine_port(pod: Mapping[str, Any], spec: KimiK3DeploymentSpec) -> int:
+    """Where a leader's engine serves its metrics: a decode leader's behind its routing
+    sidecar, on the decode role's port."""
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    if spec.disaggregated and labels.get(c.LABEL_ROLE) == "decode":
+        return spec.role_spec("decode").service.port
+    return spec.service.port
 
 
 def _one_per_group(
@@ -229,7 +225,7 @@ class AcceptanceReader:
         with self._lock:
             windows = dict(self._windows.get(key, {}))
         retain = retained_seconds(self.window_seconds, spec)
-        answers = self._fetch_all([self.url(pod, spec.service.port) for pod in leaders])
+        answers = self._fetch_all([self.url(pod, engine_port(pod, spec)) for pod in leaders])
         for pod, answer in zip(leaders, answers, strict=True):
             meta = pod["metadata"]
             pod_name = meta["name"]

@@ -292,7 +292,6 @@ def test_only_the_sets_own_leaders_are_scraped_one_per_group_and_role() -> None:
     [
         ({"rollout": {"canary": {}}}, "spec.rollout.canary"),
         ({"autoscaling": {"maxReplicas": 2}}, "spec.autoscaling"),
-        ({"routing": {}}, "spec.routing"),
         ({"scheduling": {"queueName": "q"}}, "spec.scheduling.queueName"),
         ({"engine": {"extraArgs": ["--kv-transfer-config={}"]}}, "spec.engine.extraArgs[0]"),
         (
