@@ -70,14 +70,14 @@ class Sim:
     def tail(self) -> str:
         return self.log.read_text()[-2000:] if self.log.exists() else ""
 
-    def served(self) -> float:
-        """Requests it finished (vLLM's vllm:request_success_total, summed)."""
+    def served(self, finish_reason: str = "") -> float:
+        """Requests it finished (vLLM's vllm:request_success_total), of one finish reason
+        or all."""
         with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as r:
             text = r.read().decode()
-        return sum(
-            float(m.group(1))
-            for m in re.finditer(r"^vllm:request_success_total\{[^}]*\} (\S+)$", text, re.M)
-        )
+        reason = re.escape(finish_reason) if finish_reason else "[^\"]*"
+        pattern = rf'^vllm:request_success_total\{{finish_reason="{reason}",[^}}]*\}} (\S+)$'
+        return sum(float(m.group(1)) for m in re.finditer(pattern, text, re.M))
 
     def close(self) -> None:
         self.process.terminate()
@@ -133,8 +133,9 @@ def test_the_rendered_sidecar_prefills_remotely_then_decodes_with_the_handoff(
     # As llm-d's router answers: the decode leader's sidecar, and the prefill leader named.
     answer, took = ask(sidecar.flags.port, body, {PREFILLER_HEADER: f"127.0.0.1:{prefill_port}"})
     assert answer["choices"][0]["text"]
-    assert prefill.served() == 1, "the prompt went to the prefill engine first"
-    assert decode.served() == 1
+    # The prefill engine answered one token and left the decode to a remote engine.
+    assert prefill.served("remote_decode") == 1, "the prompt went to the prefill engine first"
+    assert decode.served("length") == 1
     (handoff,) = sidecar.handoffs
     # The prefill engine's answer, handed to the decode engine as vLLM's NIXL schema has it.
     assert handoff["do_remote_prefill"] is True and handoff["do_remote_decode"] is False
