@@ -75,7 +75,7 @@ class Sim:
         or all."""
         with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as r:
             text = r.read().decode()
-        reason = re.escape(finish_reason) if finish_reason else "[^\"]*"
+        reason = re.escape(finish_reason) if finish_reason else '[^"]*'
         pattern = rf'^vllm:request_success_total\{{finish_reason="{reason}",[^}}]*\}} (\S+)$'
         return sum(float(m.group(1)) for m in re.finditer(pattern, text, re.M))
 

@@ -128,9 +128,18 @@ def _routing_lines(status: Mapping[str, Any]) -> list[str]:
     if not routing:
         return []
     lines = ["", f"Routing: {routing.get('routableGroups', '?')} group(s) routable"]
-    for out in routing.get("notRoutable") or []:
-        if isinstance(out, Mapping):
-            lines.append(f"  group {out.get('group')}  out: {out.get('reason')}")
+    roles = routing.get("roles")
+    # A disaggregated deployment's: each role's groups, decided apart.
+    sections = roles.items() if isinstance(roles, Mapping) else [("", routing)]
+    for role, section in sections:
+        if not isinstance(section, Mapping):
+            continue
+        if role:
+            lines.append(f"  {role}: {section.get('routableGroups', '?')} routable")
+        for out in section.get("notRoutable") or []:
+            if isinstance(out, Mapping):
+                prefix = f"{role} " if role else ""
+                lines.append(f"  {prefix}group {out.get('group')}  out: {out.get('reason')}")
     return lines
 
 

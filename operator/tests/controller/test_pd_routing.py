@@ -21,6 +21,7 @@ from kimik3_operator.observation.acceptance import Acceptance as Aggregate
 from kimik3_operator.observation.acceptance import AcceptanceReading, LeaderSeries, Snapshot
 from kimik3_operator.observation.readings import Readings
 from kimik3_operator.runtime.readers import engine_port
+from kimik3_operator.status_view import render_status
 from test_disaggregation import DS, OWNER, PAIR, _pod, _reading, _roles
 
 ROUTED_PAIR: dict[str, Any] = {**PAIR, "routing": {}}
@@ -189,6 +190,8 @@ def test_each_roles_ready_leaders_join_the_pool_and_a_starting_one_does_not() ->
     assert section["roles"]["decode"]["notRoutable"] == [{"group": 1, "reason": "starting"}]
     assert section["roles"]["prefill"]["routableGroups"] == 1
     assert said(decision, "Routing") == ("True", "GroupsOutOfRouting")
+    shown = render_status({"metadata": {"name": "k3"}, "status": decision.status})
+    assert "  prefill: 1 routable" in shown and "  decode group 1  out: starting" in shown
 
 
 def test_a_decode_group_whose_acceptance_collapsed_leaves_and_prefill_never_does() -> None:
