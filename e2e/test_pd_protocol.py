@@ -135,7 +135,7 @@ def test_the_rendered_sidecar_prefills_remotely_then_decodes_with_the_handoff(
     assert answer["choices"][0]["text"]
     # The prefill engine answered one token and left the decode to a remote engine.
     assert prefill.served("remote_decode") == 1, "the prompt went to the prefill engine first"
-    assert decode.served("length") == 1
+    assert decode.served() == 1
     (handoff,) = sidecar.handoffs
     # The prefill engine's answer, handed to the decode engine as vLLM's NIXL schema has it.
     assert handoff["do_remote_prefill"] is True and handoff["do_remote_decode"] is False
