@@ -23,8 +23,8 @@ from typing import Any
 
 import pytest
 
-from e2e.support.cluster import RUN, free_port, tools_bin, wait_for
-from e2e.support.pd_sidecar import PREFILLER_HEADER, StandInSidecar, flag, rendered
+from e2e.support.cluster import RUN, tools_bin, wait_for
+from e2e.support.pd_sidecar import PREFILLER_HEADER, StandInSidecar, flag, rendered, spare_port
 
 # The tools' tier: no cluster, but the tools build (the simulator among them).
 pytestmark = pytest.mark.kwok
@@ -90,8 +90,8 @@ class Sim:
 
 @pytest.fixture
 def pair() -> Iterator[tuple[Sim, Sim, StandInSidecar, int]]:
-    prefill_args, decode_args, sidecar_args = rendered(free_port())
-    prefill_port = free_port()
+    prefill_args, decode_args, sidecar_args = rendered(spare_port())
+    prefill_port = spare_port()
     assert flag(prefill_args, "--port") != flag(decode_args, "--port")
     started: list[Any] = []
     try:

@@ -23,8 +23,8 @@ from typing import Any
 
 import pytest
 
-from e2e.support.cluster import ROOT, RUN, free_port, wait_for
-from e2e.support.pd_sidecar import PREFILLER_HEADER, StandInSidecar, flag, rendered
+from e2e.support.cluster import ROOT, RUN, wait_for
+from e2e.support.pd_sidecar import PREFILLER_HEADER, StandInSidecar, flag, rendered, spare_port
 from e2e.support.serving import vllm_cpu_python
 
 pytestmark = pytest.mark.real_node
@@ -117,23 +117,24 @@ def engines() -> Iterator[tuple[Engine, Engine, StandInSidecar]]:
         check=True,
         capture_output=True,
     )
-    prefill_args, decode_args, sidecar_args = rendered(free_port())
+    prefill_args, decode_args, sidecar_args = rendered(spare_port())
     started: list[Any] = []
     try:
-        prefill = Engine("prefill", model, free_port(), free_port(), transfer_args(prefill_args))
+        # First: it binds its port at once, and forwards nothing until asked.
+        sidecar = StandInSidecar(sidecar_args)
+        started.append(sidecar)
+        prefill = Engine("prefill", model, spare_port(), spare_port(), transfer_args(prefill_args))
         started.append(prefill)
         decode = Engine(
             "decode",
             model,
             int(flag(decode_args, "--port")),
-            free_port(),
+            spare_port(),
             transfer_args(decode_args),
         )
         started.append(decode)
         for engine in (prefill, decode):
             wait_for(engine.healthy, 420, f"vLLM on {engine.port}", engine.tail)
-        sidecar = StandInSidecar(sidecar_args)
-        started.append(sidecar)
         yield prefill, decode, sidecar
     finally:
         for one in reversed(started):

@@ -11,6 +11,8 @@ channel to pull from); without the header it goes to the decode engine unchanged
 from __future__ import annotations
 
 import json
+import random
+import socket
 import threading
 import urllib.error
 import urllib.request
@@ -82,6 +84,20 @@ def prefill_body(body: dict[str, Any]) -> dict[str, Any]:
             "remote_port": None,
         },
     }
+
+
+def spare_port() -> int:
+    """A free port below the kernel's ephemeral range (32768 on): one picked there can be taken
+    by any outgoing connection before its server binds it, minutes later for an engine."""
+    for _ in range(200):
+        port = random.randrange(20000, 32000)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port in 20000-32000")
 
 
 def rendered(service_port: int) -> tuple[list[str], list[str], list[str]]:
