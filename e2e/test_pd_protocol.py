@@ -13,8 +13,6 @@ rendering is the operator's builders'.
 from __future__ import annotations
 
 import json
-import re
-import subprocess
 import time
 import urllib.error
 import urllib.request
@@ -24,7 +22,14 @@ from typing import Any
 import pytest
 
 from e2e.support.cluster import RUN, tools_bin, wait_for
-from e2e.support.pd_sidecar import PREFILLER_HEADER, StandInSidecar, flag, rendered, spare_port
+from e2e.support.pd_sidecar import (
+    PREFILLER_HEADER,
+    EngineProcess,
+    StandInSidecar,
+    flag,
+    rendered,
+    spare_port,
+)
 
 # The tools' tier: no cluster, but the tools build (the simulator among them).
 pytestmark = pytest.mark.kwok
@@ -36,68 +41,37 @@ LOCAL_PREFILL = "3s"
 TRANSFER = "20ms"
 
 
-class Sim:
-    """One llm-d-inference-sim process on 127.0.0.1."""
+def sim(name: str, port: int, *extra: str) -> EngineProcess:
+    """One llm-d-inference-sim process on 127.0.0.1, healthy."""
+    command = [
+        str(tools_bin() / "llm-d-inference-sim"),
+        f"--port={port}",
+        f"--model={MODEL}",
+        "--mode=random",
+        "--inter-token-latency=0s",
+        *extra,
+    ]
+    engine = EngineProcess(command, port, RUN / f"pd-sim-{name}.log")
+    wait_for(engine.healthy, 60, f"the {name} simulator on {port}", engine.tail)
+    return engine
 
-    def __init__(self, name: str, port: int, *extra: str) -> None:
-        self.port = port
-        self.log = RUN / f"pd-sim-{name}.log"
-        RUN.mkdir(parents=True, exist_ok=True)
-        self._out = self.log.open("w")
-        self.process = subprocess.Popen(
-            [
-                str(tools_bin() / "llm-d-inference-sim"),
-                f"--port={port}",
-                f"--model={MODEL}",
-                "--mode=random",
-                "--inter-token-latency=0s",
-                *extra,
-            ],
-            stdout=self._out,
-            stderr=subprocess.STDOUT,
-        )
-        wait_for(self.healthy, 60, f"the {name} simulator on {port}", self.tail)
 
-    def healthy(self) -> bool:
-        if self.process.poll() is not None:
-            raise AssertionError(f"the simulator exited: {self.tail()}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=2):
-                return True
-        except OSError:
-            return False
-
-    def tail(self) -> str:
-        return self.log.read_text()[-2000:] if self.log.exists() else ""
-
-    def served(self, finish_reason: str = "") -> float:
-        """Requests it finished (vLLM's vllm:request_success_total), of one finish reason
-        or all."""
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as r:
-            text = r.read().decode()
-        reason = re.escape(finish_reason) if finish_reason else '[^"]*'
-        pattern = rf'^vllm:request_success_total\{{finish_reason="{reason}",[^}}]*\}} (\S+)$'
-        return sum(float(m.group(1)) for m in re.finditer(pattern, text, re.M))
-
-    def close(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-        self._out.close()
+def served(engine: EngineProcess, finish_reason: str = "") -> float:
+    """Requests it finished (vLLM's vllm:request_success_total), of one finish reason or all."""
+    labels = f'finish_reason="{finish_reason}"' if finish_reason else ""
+    return engine.metric("vllm:request_success_total", labels)
 
 
 @pytest.fixture
-def pair() -> Iterator[tuple[Sim, Sim, StandInSidecar, int]]:
+def pair() -> Iterator[tuple[EngineProcess, EngineProcess, StandInSidecar, int]]:
     prefill_args, decode_args, sidecar_args = rendered(spare_port())
     prefill_port = spare_port()
     assert flag(prefill_args, "--port") != flag(decode_args, "--port")
     started: list[Any] = []
     try:
-        prefill = Sim("prefill", prefill_port)
+        prefill = sim("prefill", prefill_port)
         started.append(prefill)
-        decode = Sim(
+        decode = sim(
             "decode",
             int(flag(decode_args, "--port")),
             f"--time-to-first-token={LOCAL_PREFILL}",
@@ -126,7 +100,7 @@ def ask(port: int, body: dict[str, Any], headers: dict[str, str]) -> tuple[dict[
 
 
 def test_the_rendered_sidecar_prefills_remotely_then_decodes_with_the_handoff(
-    pair: tuple[Sim, Sim, StandInSidecar, int],
+    pair: tuple[EngineProcess, EngineProcess, StandInSidecar, int],
 ) -> None:
     prefill, decode, sidecar, prefill_port = pair
     body = {"model": MODEL, "prompt": "The capital of France is", "max_tokens": 8}
@@ -134,8 +108,8 @@ def test_the_rendered_sidecar_prefills_remotely_then_decodes_with_the_handoff(
     answer, took = ask(sidecar.flags.port, body, {PREFILLER_HEADER: f"127.0.0.1:{prefill_port}"})
     assert answer["choices"][0]["text"]
     # The prefill engine answered one token and left the decode to a remote engine.
-    assert prefill.served("remote_decode") == 1, "the prompt went to the prefill engine first"
-    assert decode.served() == 1
+    assert served(prefill, "remote_decode") == 1, "the prompt went to the prefill engine first"
+    assert served(decode) == 1
     (handoff,) = sidecar.handoffs
     # The prefill engine's answer, handed to the decode engine as vLLM's NIXL schema has it.
     assert handoff["do_remote_prefill"] is True and handoff["do_remote_decode"] is False
@@ -148,16 +122,16 @@ def test_the_rendered_sidecar_prefills_remotely_then_decodes_with_the_handoff(
     # the silent decode-only serving a misconfigured router gives.
     answer, took = ask(sidecar.flags.port, body, {})
     assert answer["choices"][0]["text"]
-    assert prefill.served() == 1 and decode.served() == 2
+    assert served(prefill) == 1 and served(decode) == 2
     assert took >= 2.5, f"{took:.2f}s: a local prefill takes the decode engine's 3 s"
 
 
 def test_a_prefill_leader_that_refuses_fails_the_request_without_a_decode(
-    pair: tuple[Sim, Sim, StandInSidecar, int],
+    pair: tuple[EngineProcess, EngineProcess, StandInSidecar, int],
 ) -> None:
     _, decode, sidecar, prefill_port = pair
     body = {"model": "not-served", "prompt": "hello", "max_tokens": 4}
     with pytest.raises(urllib.error.HTTPError) as refused:
         ask(sidecar.flags.port, body, {PREFILLER_HEADER: f"127.0.0.1:{prefill_port}"})
     assert refused.value.code == 404
-    assert decode.served() == 0 and not sidecar.handoffs
+    assert served(decode) == 0 and not sidecar.handoffs

@@ -24,7 +24,14 @@ from typing import Any
 import pytest
 
 from e2e.support.cluster import ROOT, RUN, wait_for
-from e2e.support.pd_sidecar import PREFILLER_HEADER, StandInSidecar, flag, rendered, spare_port
+from e2e.support.pd_sidecar import (
+    PREFILLER_HEADER,
+    EngineProcess,
+    StandInSidecar,
+    flag,
+    rendered,
+    spare_port,
+)
 from e2e.support.serving import vllm_cpu_python
 
 pytestmark = pytest.mark.real_node
@@ -61,55 +68,26 @@ def transfer_args(args: list[str]) -> list[str]:
     ]
 
 
-class Engine:
-    def __init__(self, name: str, model: str, port: int, side_port: int, args: list[str]) -> None:
-        python = vllm_cpu_python()
-        self.port = port
-        self.log = RUN / f"pd-{name}.log"
-        self._out = self.log.open("w")
-        env = {
-            **os.environ,
-            "PYTHONPATH": nixl_site(python),
-            "VLLM_CPU_KVCACHE_SPACE": "1",
-            "VLLM_NIXL_SIDE_CHANNEL_HOST": "127.0.0.1",
-            "VLLM_NIXL_SIDE_CHANNEL_PORT": str(side_port),
-        }
-        self.process = subprocess.Popen(
-            [python, "-m", "vllm.entrypoints.cli.main", "serve", model, "--port", str(port),
-             "--max-model-len", "512", "--dtype", "float32", "--served-model-name", "tiny",
-             *args],
-            stdout=self._out, stderr=subprocess.STDOUT, env=env,
-        )  # fmt: skip
-
-    def healthy(self) -> bool:
-        if self.process.poll() is not None:
-            raise AssertionError(f"the engine exited: {self.tail()}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=2):
-                return True
-        except OSError:
-            return False
-
-    def tail(self) -> str:
-        return self.log.read_text()[-3000:] if self.log.exists() else ""
-
-    def metric(self, name: str) -> float:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as r:
-            text = r.read().decode()
-        pattern = rf"^{re.escape(name)}(?:\{{[^}}]*\}})? (\S+)$"
-        return sum(float(m.group(1)) for m in re.finditer(pattern, text, re.M))
-
-    def close(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-        self._out.close()
+def engine(name: str, model: str, port: int, side_port: int, args: list[str]) -> EngineProcess:
+    """A vllm-cpu engine serving ``model`` with NIXL on its path and its side channel on
+    ``side_port``."""
+    python = vllm_cpu_python()
+    env = {
+        **os.environ,
+        "PYTHONPATH": nixl_site(python),
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+        "VLLM_NIXL_SIDE_CHANNEL_HOST": "127.0.0.1",
+        "VLLM_NIXL_SIDE_CHANNEL_PORT": str(side_port),
+    }
+    command = [
+        python, "-m", "vllm.entrypoints.cli.main", "serve", model, "--port", str(port),
+        "--max-model-len", "512", "--dtype", "float32", "--served-model-name", "tiny", *args,
+    ]  # fmt: skip
+    return EngineProcess(command, port, RUN / f"pd-{name}.log", env)
 
 
 @pytest.fixture
-def engines() -> Iterator[tuple[Engine, Engine, StandInSidecar]]:
+def engines() -> Iterator[tuple[EngineProcess, EngineProcess, StandInSidecar]]:
     RUN.mkdir(parents=True, exist_ok=True)
     model = str(RUN / "pd-tiny")
     subprocess.run(
@@ -123,9 +101,9 @@ def engines() -> Iterator[tuple[Engine, Engine, StandInSidecar]]:
         # First: it binds its port at once, and forwards nothing until asked.
         sidecar = StandInSidecar(sidecar_args)
         started.append(sidecar)
-        prefill = Engine("prefill", model, spare_port(), spare_port(), transfer_args(prefill_args))
+        prefill = engine("prefill", model, spare_port(), spare_port(), transfer_args(prefill_args))
         started.append(prefill)
-        decode = Engine(
+        decode = engine(
             "decode",
             model,
             int(flag(decode_args, "--port")),
@@ -133,8 +111,8 @@ def engines() -> Iterator[tuple[Engine, Engine, StandInSidecar]]:
             transfer_args(decode_args),
         )
         started.append(decode)
-        for engine in (prefill, decode):
-            wait_for(engine.healthy, 420, f"vLLM on {engine.port}", engine.tail)
+        for one in (prefill, decode):
+            wait_for(one.healthy, 420, f"vLLM on {one.port}", one.tail)
         yield prefill, decode, sidecar
     finally:
         for one in reversed(started):
@@ -142,7 +120,7 @@ def engines() -> Iterator[tuple[Engine, Engine, StandInSidecar]]:
 
 
 def test_the_decode_engine_pulls_the_prompts_kv_cache_from_the_prefill_engine(
-    engines: tuple[Engine, Engine, StandInSidecar],
+    engines: tuple[EngineProcess, EngineProcess, StandInSidecar],
 ) -> None:
     prefill, decode, sidecar = engines
     body = {"model": "tiny", "prompt": PROMPT, "max_tokens": 8, "temperature": 0}

@@ -11,8 +11,11 @@ channel to pull from); without the header it goes to the decode engine unchanged
 from __future__ import annotations
 
 import json
+import pathlib
 import random
+import re
 import socket
+import subprocess
 import threading
 import urllib.error
 import urllib.request
@@ -173,6 +176,54 @@ class _Server(ThreadingHTTPServer):
         self.log: list[str] = []
         # The prefill side's kv_transfer_params, as handed to the decode engine.
         self.handoffs: list[dict[str, Any]] = []
+
+
+class EngineProcess:
+    """An engine (vLLM, or its simulator) run on 127.0.0.1 at ``port``, its output in ``log``:
+    its health, its metrics and its stop."""
+
+    def __init__(
+        self,
+        command: Sequence[str],
+        port: int,
+        log: pathlib.Path,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        self.port = port
+        self.log = log
+        log.parent.mkdir(parents=True, exist_ok=True)
+        self._out = log.open("w")
+        self.process = subprocess.Popen(
+            list(command), stdout=self._out, stderr=subprocess.STDOUT, env=env
+        )
+
+    def healthy(self) -> bool:
+        if self.process.poll() is not None:
+            raise AssertionError(f"the engine exited: {self.tail()}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=2):
+                return True
+        except OSError:
+            return False
+
+    def tail(self) -> str:
+        return self.log.read_text()[-3000:] if self.log.exists() else ""
+
+    def metric(self, name: str, labels: str = "") -> float:
+        """The sum of a metric's samples whose labels start with ``labels``."""
+        url = f"http://127.0.0.1:{self.port}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as answer:
+            text = answer.read().decode()
+        pattern = rf"^{re.escape(name)}(?:\{{{re.escape(labels)}[^}}]*\}})? (\S+)$"
+        return sum(float(m.group(1)) for m in re.finditer(pattern, text, re.M))
+
+    def close(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+        self._out.close()
 
 
 class StandInSidecar:
