@@ -212,10 +212,17 @@ def test_a_tensor_parallel_group_across_two_real_nodes(
         message = wait_for(gap_named, 120, "the status to name the group in between", explain)
         print(f"in between: {message}")
         assert "group 0" in message
-        wait_for(lambda: available(cluster, namespace), 600, "the group Available again", explain)
+
+        def recreated_and_available() -> bool:
+            # The restarted worker can be Ready for a moment before LWS deletes the group, so
+            # Available alone may still describe the old group: wait for a new leader as well.
+            leaders = cluster.items("pod", namespace, LEADER)
+            return any(
+                p["metadata"]["uid"] != leader["metadata"]["uid"] for p in leaders
+            ) and available(cluster, namespace)
+
+        wait_for(recreated_and_available, 600, "the group recreated and Available again", explain)
         print(f"worker killed to Available again: {time.monotonic() - killed:.1f}s")
-        new_leader = cluster.items("pod", namespace, LEADER)[0]
-        assert new_leader["metadata"]["uid"] != leader["metadata"]["uid"], "group not recreated"
         assert complete(f"http://{cluster_ip}:8000") == direct
 
         # Deleting the resource removes both pods.

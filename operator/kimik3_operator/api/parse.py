@@ -40,19 +40,31 @@ def validate(spec: KimiK3DeploymentSpec) -> None:
         raise error
 
 
+_FIELDS: dict[type[Any], tuple[tuple[str, str, Any], ...]] = {}
+
+
+def _fields(cls: type[Any]) -> tuple[tuple[str, str, Any], ...]:
+    """(attribute, JSON name, type) of each field, resolved once per class: resolving the
+    types cost more than the rest of a parse, and the scrapes and every reconcile parse."""
+    found = _FIELDS.get(cls)
+    if found is None:
+        hints = typing.get_type_hints(cls)
+        found = tuple((f.name, json_name(f), hints[f.name]) for f in dataclasses.fields(cls))
+        _FIELDS[cls] = found
+    return found
+
+
 def _parse_dataclass(cls: type[Any], data: Any, path: str) -> Any:
     if not isinstance(data, Mapping):
         raise SpecError(path, data, "must be an object")
-    hints = typing.get_type_hints(cls)
     kwargs: dict[str, Any] = {}
-    for f in dataclasses.fields(cls):
-        key = json_name(f)
+    for name, key, hint in _fields(cls):
         if key in data and data[key] is not None:
-            kwargs[f.name] = _convert(hints[f.name], data[key], f"{path}.{key}")
+            kwargs[name] = _convert(hint, data[key], f"{path}.{key}")
     try:
         return cls(**kwargs)
     except TypeError as exc:
-        missing = [json_name(f) for f in dataclasses.fields(cls) if f.name not in kwargs]
+        missing = [key for name, key, _ in _fields(cls) if name not in kwargs]
         raise SpecError(
             path, dict(data), f"is missing a required field ({exc})", f"set one of {missing}"
         ) from exc

@@ -78,6 +78,7 @@ from kimik3_operator.observation.workload import (
     observe,
     observe_roles,
     roles_condition,
+    serving_pods,
 )
 from kimik3_operator.preflight.gate import Gate, evaluate
 from kimik3_operator.preflight.probe import ProbeState, probe_state, report_state
@@ -492,15 +493,12 @@ def _scaling(
     phase = (snap.status.get("rollout") or {}).get("phase")
     gpus = snap.gpus
     # The groups' pods not yet on a node, made or still to be made: the ledger counts their
-    # GPUs as free.
-    bound = sum(
-        1
-        for pod in snap.pods
-        if (pod.get("spec") or {}).get("nodeName")
-        and ((pod.get("metadata") or {}).get("labels") or {}).get(c.LABEL_COMPONENT)
-        in (c.COMPONENT_LEADER, c.COMPONENT_WORKER)
-        and not (pod.get("metadata") or {}).get("deletionTimestamp")
-    )
+    # GPUs as free. Which are on a node is the ledger's word where it gave it, so that the
+    # free GPUs and the pods holding them come from one view.
+    if gpus is not None and gpus.own_pods_held is not None:
+        bound = gpus.own_pods_held
+    else:
+        bound = sum(1 for p in serving_pods(snap.pods) if (p.get("spec") or {}).get("nodeName"))
     unbound = max(0, live * spec.nodes_per_replica - bound)
     found = ScalingInput(
         live_replicas=live,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -27,7 +27,7 @@ from kimik3_operator.kube import Kube, KubeError, Obj, namespace_labels_from_ser
 from kimik3_operator.observation.kueue import admitted_groups, quota_free, read_limit
 from kimik3_operator.observation.readings import Readings
 from kimik3_operator.observation.status_input import with_readable_status
-from kimik3_operator.observation.workload import GpuCounts, wants_gpu_counts
+from kimik3_operator.observation.workload import GpuCounts, serving_pod_uids, wants_gpu_counts
 
 # (apiVersion, kind, name) of an object in the resource's namespace.
 Ref = tuple[str, str, str]
@@ -54,6 +54,7 @@ class GpuCounter(Protocol):
         node_selector: Mapping[str, str],
         tolerations: Sequence[Any],
         per_pod: int = 0,
+        own: Collection[str] | None = None,
     ) -> GpuCounts: ...
 
 
@@ -181,6 +182,7 @@ def take_snapshot(kube: Kube, key: tuple[str, str], context: Context) -> Snapsho
             placement.node_selector,
             placement.tolerations,
             per_pod=spec.gpus_per_pod,
+            own=serving_pod_uids(pods),
         )
         if ledger is not None and (spec.autoscaled or wants_gpu_counts(pods, spec))
         else None

@@ -32,6 +32,11 @@ class GpuCounts:
     nodes: int = 0
     # Pods of the size asked for (``per_pod`` GPUs each) that the free GPUs can place.
     pods_that_fit: int = 0
+    # Of the deployment's own serving pods, those the ledger already holds on a node (their
+    # GPUs are out of ``free``); None where the counts were not asked with them. Read from
+    # the same ledger as ``free``, so that a pod is never counted twice, or not at all, when
+    # the ledger's watch and the reconcile's pod list are at different points.
+    own_pods_held: int | None = None
 
 
 @dataclass(frozen=True)
@@ -160,6 +165,22 @@ def _short_of_gpus(pod: Obj, spec: KimiK3DeploymentSpec) -> bool:
         and f"Insufficient {spec.placement.gpu_resource}" in str(cond.get("message", ""))
         for cond in (pod.get("status", {}) or {}).get("conditions", []) or []
     )
+
+
+def serving_pods(pods: Sequence[Obj]) -> list[Obj]:
+    """The groups' leaders and workers, less those being deleted (their replacements need
+    the GPUs they still hold)."""
+    return [
+        pod
+        for pod in pods
+        if ((pod.get("metadata") or {}).get("labels") or {}).get(c.LABEL_COMPONENT)
+        in (c.COMPONENT_LEADER, c.COMPONENT_WORKER)
+        and not (pod.get("metadata") or {}).get("deletionTimestamp")
+    ]
+
+
+def serving_pod_uids(pods: Sequence[Obj]) -> list[str]:
+    return [str((p.get("metadata") or {}).get("uid", "")) for p in serving_pods(pods)]
 
 
 def wants_gpu_counts(pods: Sequence[Obj], spec: KimiK3DeploymentSpec) -> bool:

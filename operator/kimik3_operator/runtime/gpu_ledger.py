@@ -5,7 +5,7 @@ answers how many GPUs a placement could use and how many are free."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -178,11 +178,14 @@ class GpuLedger:
         node_selector: Mapping[str, str],
         tolerations: Iterable[Mapping[str, Any]] = (),
         per_pod: int = 0,
+        own: Collection[str] | None = None,
     ) -> GpuCounts:
         """GPUs on the nodes this placement could use: what the scheduler had to work with;
-        with ``per_pod``, how many pods of that many GPUs the free ones can still place."""
+        with ``per_pod``, how many pods of that many GPUs the free ones can still place; with
+        ``own`` (pod uids), how many of those pods the ledger holds on a node."""
         tolerated = list(tolerations)
         with self._lock:
+            held = None if own is None else sum(1 for uid in own if uid in self._pods)
             used: dict[str, int] = {}
             for bound_to, requests in self._pods.values():
                 used[bound_to] = used.get(bound_to, 0) + requests.get(resource, 0)
@@ -201,4 +204,4 @@ class GpuLedger:
                 free += left
                 largest = max(largest, left)
                 fit += left // per_pod if per_pod > 0 else 0
-        return GpuCounts(allocatable, free, largest, count, fit)
+        return GpuCounts(allocatable, free, largest, count, fit, held)

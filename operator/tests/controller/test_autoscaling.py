@@ -173,6 +173,42 @@ def test_groups_made_but_not_yet_placed_take_their_gpus_from_the_room() -> None:
     assert lws_replicas(decision) == 3
 
 
+def test_pods_bound_in_the_pod_list_but_not_yet_in_the_ledger_still_take_room() -> None:
+    # Under load the ledger's pod watch runs behind the reconcile's pod list: two groups'
+    # pods are bound in the list but the ledger still counts their GPUs free (and holds
+    # neither pod). Counting them bound from the list would make a group no GPU can place.
+    behind = GpuCounts(
+        allocatable=32, free=16, largest_free_on_one_node=8, nodes=4, pods_that_fit=2,
+        own_pods_held=0,
+    )  # fmt: skip
+    snap = snapshot(
+        {**AUTO, "replicas": 4},
+        live={LWS: live_lws(2, 2)},
+        keda_installed=True,
+        gpus=behind,
+        pods=tuple(bound_pods(2)),
+    )
+    assert lws_replicas(decide(snap)) == 2
+    caught_up = GpuCounts(32, 0, 0, 4, pods_that_fit=0, own_pods_held=2)
+    snap = snapshot(
+        {**AUTO, "replicas": 4},
+        live={LWS: live_lws(2, 2)},
+        keda_installed=True,
+        gpus=caught_up,
+        pods=tuple(bound_pods(2)),
+    )
+    assert lws_replicas(decide(snap)) == 2
+    roomy = GpuCounts(64, 16, 8, 8, pods_that_fit=2, own_pods_held=2)
+    snap = snapshot(
+        {**AUTO, "replicas": 4},
+        live={LWS: live_lws(2, 2)},
+        keda_installed=True,
+        gpus=roomy,
+        pods=tuple(bound_pods(2)),
+    )
+    assert lws_replicas(decide(snap)) == 4
+
+
 def test_min_replicas_are_made_whatever_the_gpus() -> None:
     full = GpuCounts(allocatable=8, free=0, largest_free_on_one_node=0, nodes=1, pods_that_fit=0)
     extra = {"autoscaling": {"minReplicas": 2, "maxReplicas": 4}}

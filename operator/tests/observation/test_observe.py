@@ -213,6 +213,10 @@ def test_gpu_inventory_counts_free_gpus_on_matching_nodes() -> None:
     ledger.pods_listed([{**p, "metadata": {"uid": str(i)}} for i, p in enumerate(pods)])
     inv = ledger.counts("nvidia.com/gpu", {"pool": "h200"})
     assert inv == GpuCounts(allocatable=16, free=10, largest_free_on_one_node=8, nodes=2)
+    # Asked with the deployment's own pods: how many of them the ledger holds on a node (the
+    # ended pod and one the ledger has not seen yet are not held).
+    own = ledger.counts("nvidia.com/gpu", {"pool": "h200"}, own=["0", "1", "unseen"])
+    assert own.own_pods_held == 1
     # The watch moves the numbers: the running pod ends, the node cordoned.
     ledger.pod_event(
         "MODIFIED", {**pods[0], "metadata": {"uid": "0"}, "status": {"phase": "Succeeded"}}
@@ -220,6 +224,8 @@ def test_gpu_inventory_counts_free_gpus_on_matching_nodes() -> None:
     ledger.node_event("MODIFIED", {**nodes[1], "spec": {"unschedulable": True}})
     inv = ledger.counts("nvidia.com/gpu", {"pool": "h200"})
     assert inv == GpuCounts(allocatable=8, free=8, largest_free_on_one_node=8, nodes=1)
+    # ... and, asked with the deployment's own pods, holds none of them now.
+    assert ledger.counts("nvidia.com/gpu", {}, own=["0", "1"]).own_pods_held == 0
 
 
 def test_gpu_inventory_leaves_out_nodes_whose_taints_the_placement_does_not_tolerate() -> None:
