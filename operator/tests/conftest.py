@@ -6,6 +6,7 @@ import builtins
 import copy
 import json
 import pathlib
+import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -79,6 +80,7 @@ class FakeKube:
         self.forced: list[bool] = []
         self.uids = 100
         self.versions = 1000
+        self._lock = threading.Lock()
         for name in crds:
             self.objects[("apiextensions.k8s.io/v1", "CustomResourceDefinition", None, name)] = {
                 "metadata": {"name": name}
@@ -160,6 +162,11 @@ class FakeKube:
         return self.list(api_version, kind, namespace, label_selector)[:limit]
 
     def apply(self, manifest: Mapping[str, Any], force: bool = True) -> Obj:
+        # The reconcile applies independent children from several threads at once.
+        with self._lock:
+            return self._apply(manifest, force)
+
+    def _apply(self, manifest: Mapping[str, Any], force: bool) -> Obj:
         self.writes.append(("apply", manifest["kind"], manifest["metadata"]["name"]))
         self.forced.append(force)
         obj = copy.deepcopy(dict(manifest))
