@@ -179,7 +179,8 @@ def main() -> int:
             time.sleep(args.idle_seconds)
             counts, _ = audit_counts(offset)
             minutes = (now() - t0) / 60
-            writes = sum(v for k, v in counts.items() if k.split(" ")[0] not in READS)
+            written = {k: v for k, v in counts.items() if k.split(" ")[0] not in READS}
+            writes = sum(written.values())
             status = sum(v for k, v in counts.items() if k.endswith("kimik3deployments/status"))
             rss = rss_mib(proc.pid)
             print(
@@ -187,7 +188,9 @@ def main() -> int:
                 f"the {deployments - len(names)} existing reconciled {converged:.1f}s; the "
                 f"{len(names)} new Available {took:.1f}s after they were applied; RSS peak "
                 f"{peak.peak:.0f} MiB during the lists, {rss:.0f} MiB idle; idle writes "
-                f"{writes / minutes:.1f}/min (status {status / minutes:.1f}/min)"
+                f"{writes / minutes:.1f}/min (status {status / minutes:.1f}/min"
+                + "".join(f"; {k} {v}" for k, v in sorted(written.items()))
+                + ")"
             )
             rows.append((pods, deployments, rss, peak.peak))
             operator.stop()

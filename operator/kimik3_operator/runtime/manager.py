@@ -97,7 +97,8 @@ class Manager:
     reconciler: Reconciler
     store: Store = field(default_factory=Store)
     ledger: GpuLedger | None = None
-    # Due resources in turns between namespaces: one tenant's burst delays only its own.
+    # Due resources in turns between namespaces, each namespace at most its share of the
+    # workers: one tenant's burst or slow reconciles delay only its own.
     queue: WorkQueue[Key] = field(default_factory=lambda: WorkQueue(fair_by=lambda k: k[0]))
     active: threading.Event = field(default_factory=threading.Event)
     informers: list[Informer] = field(default_factory=list)
@@ -117,6 +118,7 @@ class Manager:
             self.progress.url_override or self.settings.download_progress_url
         )
         self.queue.delay = self.settings.coalesce_seconds
+        self.queue.workers = self.settings.workers
         self.queue.retry_max = self.settings.retry_max_seconds
         if self.settings.gpu_inventory and self.ledger is None:
             self.ledger = GpuLedger()

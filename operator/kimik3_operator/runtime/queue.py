@@ -12,7 +12,10 @@ do not flood the API server. The queue reports client-go's workqueue metrics.
 
 Keys that are due are handed out in turns between their groups (``fair_by``: the resource's
 namespace), first come first served within a group: a tenant who applies 200 resources at
-once waits for its own, and another tenant's one change goes next, not 200th.
+once waits for its own, and another tenant's one change goes next, not 200th. With
+``workers``, a group also holds at most its share of them at a time (the workers over the
+groups that have work, and never all of them): a tenant whose reconciles are slow, or many,
+leaves workers free for the others' instead of making them wait for one to end.
 """
 
 from __future__ import annotations
@@ -77,9 +80,14 @@ class WorkQueue(Generic[K]):
         retry_qps: float = 10.0,
         retry_burst: int = 100,
         fair_by: Callable[[K], Hashable] = lambda _key: None,
+        workers: int = 0,
     ) -> None:
         self.delay = delay
         self._group_of = fair_by
+        # The workers that take keys; 0: no share per group.
+        self.workers = workers
+        self._running: dict[Hashable, int] = {}
+        self._running_group: dict[K, Hashable] = {}
         # Due keys, per group in the order they fell due, and the groups' turns.
         self._ready: dict[Hashable, deque[tuple[float, K]]] = {}
         self._turns: deque[Hashable] = deque()
@@ -158,15 +166,30 @@ class WorkQueue(Generic[K]):
                 self._turns.append(group)
             self._ready[group].append((due, key))
 
+    def share(self) -> int | None:
+        """Keys one group may hold running at once: the workers over the groups with work
+        (due or running), one left for a newcomer when only one has work; None without
+        ``workers``."""
+        if self.workers <= 0:
+            return None
+        groups = len(set(self._ready) | set(self._running))
+        return max(1, min(self.workers - 1, self.workers // max(1, groups)))
+
     def _next_ready(self) -> tuple[float, K] | None:
-        while self._turns:
+        share = self.share()
+        for _ in range(len(self._turns)):
             group = self._turns.popleft()
+            if share is not None and self._running.get(group, 0) >= share:
+                self._turns.append(group)  # at its share: the others go first
+                continue
             keys = self._ready[group]
             due, key = keys.popleft()
             if keys:
                 self._turns.append(group)  # its next key waits for the other groups' turns
             else:
                 del self._ready[group]
+            self._running[group] = self._running.get(group, 0) + 1
+            self._running_group[key] = group
             return due, key
         return None
 
@@ -203,6 +226,12 @@ class WorkQueue(Generic[K]):
             if started is not None:
                 WORK_SECONDS.observe(self._clock() - started)
             self._active.discard(key)
+            if key in self._running_group:
+                group = self._running_group.pop(key)
+                self._running[group] -= 1
+                if not self._running[group]:
+                    del self._running[group]
+                self._cond.notify_all()  # a key held back at its group's share may go now
             again = key in self._again
             delay = self._again.pop(key, None)
         if again:

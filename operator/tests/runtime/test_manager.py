@@ -82,6 +82,47 @@ def test_a_tenants_burst_does_not_delay_another_tenants_change() -> None:
     assert [plain.get(timeout=0) for _ in range(3)] == ["a", "b", "c"]
 
 
+def test_one_tenant_never_holds_every_worker() -> None:
+    """Eight workers: a namespace alone holds at most seven at once, so another tenant's
+    change starts at once; with two namespaces at work each holds at most four."""
+    clock = Clock()
+    queue: WorkQueue[tuple[str, str]] = WorkQueue(
+        delay=0.0, clock=clock, fair_by=lambda k: k[0], workers=8
+    )
+    for n in range(20):
+        queue.add(("noisy", f"r{n}"))
+    running = [queue.get(timeout=0) for _ in range(8)]
+    assert running[:7] == [("noisy", f"r{n}") for n in range(7)]
+    assert running[7] is None, "the eighth worker is kept for another namespace"
+    queue.add(("quiet", "mine"))
+    assert queue.get(timeout=0) == ("quiet", "mine")
+    # Two namespaces at work: the noisy one, at seven, gets no worker until it is under its
+    # four.
+    for n in range(4):
+        queue.done(("noisy", f"r{n}"))
+        if n < 3:
+            assert queue.get(timeout=0) is None
+    assert queue.get(timeout=0) == ("noisy", "r7")
+    assert queue.get(timeout=0) is None
+    # Alone again: seven (four running, three more).
+    queue.done(("quiet", "mine"))
+    more = [queue.get(timeout=0) for _ in range(4)]
+    assert more == [("noisy", "r8"), ("noisy", "r9"), ("noisy", "r10"), None]
+
+
+def test_a_key_held_at_its_share_goes_to_a_waiting_worker_when_one_ends() -> None:
+    queue: WorkQueue[tuple[str, str]] = WorkQueue(delay=0.0, fair_by=lambda k: k[0], workers=2)
+    queue.add(("a", "x"))
+    queue.add(("a", "y"))
+    assert queue.get(timeout=0) == ("a", "x")
+    got: list[tuple[str, str] | None] = []
+    worker = threading.Thread(target=lambda: got.append(queue.get(timeout=5)))
+    worker.start()
+    queue.done(("a", "x"))
+    worker.join(timeout=5)
+    assert got == [("a", "y")]
+
+
 def test_a_key_waiting_its_turn_is_still_coalesced() -> None:
     clock = Clock()
     queue: WorkQueue[tuple[str, str]] = WorkQueue(delay=0.0, clock=clock, fair_by=lambda k: k[0])
