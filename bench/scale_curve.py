@@ -9,6 +9,7 @@ a pod (between the last two sizes, whose deployments are the same) and of a depl
 Prints figures; asserts nothing.
 
     .venv/bin/python bench/scale_curve.py [--sizes 20000:100,100000:500,200000:500]
+        [--keep] [--resume PODS:DEPLOYMENTS]
 """
 
 from __future__ import annotations
@@ -93,6 +94,11 @@ def main() -> int:
     parser.add_argument("--sizes", type=sizes, default=sizes("20000:100,100000:500,200000:500"))
     parser.add_argument("--idle-seconds", type=float, default=60)
     parser.add_argument("--keep", action="store_true", help="leave the objects in place")
+    parser.add_argument(
+        "--resume",
+        type=lambda text: sizes(text)[0],
+        help="PODS:DEPLOYMENTS an earlier run with --keep (or stopped) left in place",
+    )
     args = parser.parse_args()
     bin_dir = tools_bin()
     cluster = Cluster(KUBECONFIG, bin_dir)
@@ -107,7 +113,7 @@ def main() -> int:
     cluster.kubectl(
         "wait", "--for=condition=established", "crd/kimik3deployments.serving.kimik3.io"
     )
-    for ns in (NS, NOISE):  # what an earlier run left goes first
+    for ns in () if args.resume else (NS, NOISE):  # what an earlier run left goes first
         for args_ in (
             ("delete", "namespace", ns, "--ignore-not-found", "--wait=false"),
             ("wait", "--for=delete", f"namespace/{ns}", "--timeout=1800s"),
@@ -146,7 +152,7 @@ def main() -> int:
     operator = Operator(env, metrics_port)
     peak = Peak(operator)
     rows: list[tuple[int, int, float, float]] = []
-    pods = deployments = 0
+    pods, deployments = args.resume or (0, 0)
     try:
         for want_pods, want_deployments in args.sizes:
             started = now()

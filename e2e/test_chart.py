@@ -519,6 +519,12 @@ def test_replicas_spread_an_optional_budget_and_a_digest(cluster: Cluster) -> No
     term = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0]
     assert term["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
     assert pod["containers"][0]["image"].endswith(f"@{digest}")
+    # Liveness waits for the first list of every watch, which takes minutes on a cluster of
+    # 100,000 pods (bench/scale_curve.py), instead of killing the operator during it.
+    container = pod["containers"][0]
+    startup = container["startupProbe"]
+    assert startup["httpGet"] == container["livenessProbe"]["httpGet"]
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= 1800
     budget = next(d for d in docs if d["kind"] == "PodDisruptionBudget")
     assert budget["spec"]["minAvailable"] == 1
     assert (

@@ -308,14 +308,29 @@ def speculative_update(
         condition.status,
         condition.reason,
     )
-    new_section = speculative_section(
-        section,
-        reading.acceptance,
-        now=reading.at,
-        sampled_at=rfc3339(reading.at),
-        unreachable=reading.unreachable,
-        thresholds=reading.thresholds,
-        last_write=_written_at(section),
+    # A reader with nothing measured yet (the operator restarted) keeps the verdict and the
+    # numbers it found: a restart is no news to write to every deployment, and a collapse
+    # measured before it is not forgotten. The first whole window replaces them.
+    kept = (
+        condition.reason == Reason.MEASURING_ACCEPTANCE
+        and reading.acceptance.rate is None
+        and current is not None
+        and current.get("reason")
+        in (Reason.ACCEPTANCE_ABOVE_MINIMUM, Reason.ACCEPTANCE_BELOW_MINIMUM)
+    )
+    moved = moved and not kept
+    new_section = (
+        None
+        if kept and not reading.unreachable
+        else speculative_section(
+            section,
+            reading.acceptance,
+            now=reading.at,
+            sampled_at=rfc3339(reading.at),
+            unreachable=reading.unreachable,
+            thresholds=reading.thresholds,
+            last_write=_written_at(section),
+        )
     )
     # The numbers in a message alone do not warrant a write.
     return SpeculativeUpdate(new_section, condition if moved else None)

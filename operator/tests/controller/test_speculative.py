@@ -223,6 +223,42 @@ def test_reading_reaches_the_status_and_condition_then_nothing() -> None:
     assert scrape(kube, reader)
 
 
+def test_a_restarted_operator_keeps_the_verdict_until_its_first_window() -> None:
+    """The operator restarts with no samples: the verdict it finds stays (no write, no event
+    for every deployment), and the first whole window of the new reader replaces it."""
+    kube = FakeKube()
+    kube.put(resource(monitoring={"minAcceptanceRate": 0.9}))
+    kube.put(leader_pod())
+    settled(kube)
+    leader = FakeLeader(started=0.0)
+    clock = [0.0]
+
+    def reader() -> AcceptanceReader:
+        return AcceptanceReader(
+            window_seconds=60,
+            fetch=lambda _: leader.exposition(now=clock[0]),
+            clock=lambda: clock[0],
+            url_override="http://127.0.0.1:9/{pod}",
+        )
+
+    first = reader()
+    scrape(kube, first)
+    clock[0] = 61.0
+    scrape(kube, first)
+    assert condition(kube, "SpeculationEffective") == ("False", "AcceptanceBelowMinimum")
+    # The drafter was fixed while the operator was down.
+    leader = FakeLeader(started=0.0, per_position=(0.99, 0.99, 0.99))
+    restarted = reader()
+    clock[0] = 100.0
+    kube.writes.clear()
+    assert not scrape(kube, restarted)
+    assert condition(kube, "SpeculationEffective") == ("False", "AcceptanceBelowMinimum")
+    assert [w for w in kube.writes if w[0] != "create"] == []
+    clock[0] = 161.0
+    assert scrape(kube, restarted)
+    assert condition(kube, "SpeculationEffective") == ("True", "AcceptanceAboveMinimum")
+
+
 def test_acceptance_below_minimum_for_a_whole_window() -> None:
     kube = FakeKube()
     kube.put(resource(monitoring={"minAcceptanceRate": 0.9}))
