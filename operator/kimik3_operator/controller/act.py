@@ -46,22 +46,19 @@ SIDE_BY_SIDE = frozenset(
 )
 
 
+def _joins(write: Write) -> bool:
+    return write.verb in ("apply", "create") and write.ref[1] in SIDE_BY_SIDE
+
+
 def batches(writes: Sequence[Write]) -> list[list[Write]]:
     """The writes in order, consecutive side-by-side applies of distinct objects grouped."""
     found: list[list[Write]] = []
     for write in writes:
-        alone = write.verb not in ("apply", "create") or write.ref[1] not in SIDE_BY_SIDE
         last = found[-1] if found else None
-        if (
-            alone
-            or last is None
-            or any(w.ref == write.ref for w in last)
-            or last[0].verb not in ("apply", "create")
-            or last[0].ref[1] not in SIDE_BY_SIDE
-        ):
-            found.append([write])
-        else:
+        if last and _joins(write) and _joins(last[0]) and all(w.ref != write.ref for w in last):
             last.append(write)
+        else:
+            found.append([write])
     return found
 
 

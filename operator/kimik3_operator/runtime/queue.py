@@ -87,7 +87,6 @@ class WorkQueue(Generic[K]):
         # The workers that take keys; 0: no share per group.
         self.workers = workers
         self._running: dict[Hashable, int] = {}
-        self._running_group: dict[K, Hashable] = {}
         # Due keys, per group in the order they fell due, and the groups' turns.
         self._ready: dict[Hashable, deque[tuple[float, K]]] = {}
         self._turns: deque[Hashable] = deque()
@@ -189,7 +188,6 @@ class WorkQueue(Generic[K]):
             else:
                 del self._ready[group]
             self._running[group] = self._running.get(group, 0) + 1
-            self._running_group[key] = group
             return due, key
         return None
 
@@ -225,9 +223,9 @@ class WorkQueue(Generic[K]):
             started = self._started.pop(key, None)
             if started is not None:
                 WORK_SECONDS.observe(self._clock() - started)
-            self._active.discard(key)
-            if key in self._running_group:
-                group = self._running_group.pop(key)
+            if key in self._active:
+                self._active.discard(key)
+                group = self._group_of(key)
                 self._running[group] -= 1
                 if not self._running[group]:
                     del self._running[group]

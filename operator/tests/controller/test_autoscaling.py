@@ -181,32 +181,17 @@ def test_pods_bound_in_the_pod_list_but_not_yet_in_the_ledger_still_take_room() 
         allocatable=32, free=16, largest_free_on_one_node=8, nodes=4, pods_that_fit=2,
         own_pods_held=0,
     )  # fmt: skip
-    snap = snapshot(
-        {**AUTO, "replicas": 4},
-        live={LWS: live_lws(2, 2)},
-        keda_installed=True,
-        gpus=behind,
-        pods=tuple(bound_pods(2)),
-    )
-    assert lws_replicas(decide(snap)) == 2
     caught_up = GpuCounts(32, 0, 0, 4, pods_that_fit=0, own_pods_held=2)
-    snap = snapshot(
-        {**AUTO, "replicas": 4},
-        live={LWS: live_lws(2, 2)},
-        keda_installed=True,
-        gpus=caught_up,
-        pods=tuple(bound_pods(2)),
-    )
-    assert lws_replicas(decide(snap)) == 2
     roomy = GpuCounts(64, 16, 8, 8, pods_that_fit=2, own_pods_held=2)
-    snap = snapshot(
-        {**AUTO, "replicas": 4},
-        live={LWS: live_lws(2, 2)},
-        keda_installed=True,
-        gpus=roomy,
-        pods=tuple(bound_pods(2)),
-    )
-    assert lws_replicas(decide(snap)) == 4
+    for gpus, made in ((behind, 2), (caught_up, 2), (roomy, 4)):
+        snap = snapshot(
+            {**AUTO, "replicas": 4},
+            live={LWS: live_lws(2, 2)},
+            keda_installed=True,
+            gpus=gpus,
+            pods=tuple(bound_pods(2)),
+        )
+        assert lws_replicas(decide(snap)) == made, gpus
 
 
 def test_min_replicas_are_made_whatever_the_gpus() -> None:
