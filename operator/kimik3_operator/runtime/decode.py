@@ -10,9 +10,10 @@ The fast path is the standard decoder: the rescan runs only for a body it refuse
 
 from __future__ import annotations
 
+import codecs
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 ObjectHook = Callable[[dict[str, Any]], Any]
@@ -82,3 +83,148 @@ def rejected(obj: Any, limit: int = OBJECT_LIMIT) -> bool:
         elif item == TOO_DEEP:
             return True
     return False
+
+
+# One object of a list, as text: what an API server object can be (etcd keeps 1.5 MiB, and
+# its JSON form may be larger), many times over. A list item past it ends the list in error.
+ITEM_LIMIT = 32 * 1024 * 1024
+_WHITESPACE = re.compile(r"[ \t\n\r]*")
+# The same tokens as ``_TOKEN``, over text: to find where an item too deep to decode ends.
+# A lone quote is a string whose end has not arrived yet.
+_TEXT_TOKEN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]|"', re.DOTALL)
+
+
+class ListBody:
+    """A list response read as a stream, one item at a time.
+
+    ``items()`` yields each element of the top-level ``items`` array, decoded (with
+    ``object_hook``) as soon as its last byte arrives, with whether a part of it was cut at
+    ``MAX_DEPTH``; once it is exhausted, ``rest`` holds the body's other fields (``metadata``
+    with ``continue`` and ``resourceVersion``). Only the item being read is buffered, so a page
+    of 500 pods of 1.5 MiB each costs one pod's text, not the page's. ``held`` is the most
+    text ever buffered at once."""
+
+    def __init__(
+        self,
+        chunks: Iterable[bytes],
+        object_hook: ObjectHook | None = None,
+        item_limit: int = ITEM_LIMIT,
+    ) -> None:
+        self._chunks = iter(chunks)
+        self._text = codecs.getincrementaldecoder("utf-8")()
+        self._decoder = json.JSONDecoder(object_hook=object_hook)
+        self._hook = object_hook
+        self._limit = item_limit
+        self._buffer = ""
+        self._at = 0
+        self._ended = False
+        self.rest: dict[str, Any] = {}
+        self.held = 0
+
+    def _more(self) -> bool:
+        """Append the next chunk; False at the end of the body."""
+        if self._ended:
+            return False
+        chunk = next(self._chunks, None)
+        if chunk is None:
+            self._ended = True
+            text = self._text.decode(b"", final=True)
+        else:
+            text = self._text.decode(chunk)
+        self._buffer = self._buffer[self._at :] + text
+        self._at = 0
+        self.held = max(self.held, len(self._buffer))
+        if len(self._buffer) > self._limit:
+            raise ValueError(f"a list item is over {self._limit:,} characters of JSON: not read")
+        return True
+
+    def _skip_space(self) -> str:
+        """The next character that is not whitespace, not consumed; "" at the end."""
+        while True:
+            found = _WHITESPACE.match(self._buffer, self._at)
+            self._at = found.end() if found else self._at
+            if self._at < len(self._buffer):
+                return self._buffer[self._at]
+            if not self._more():
+                return ""
+
+    def _expect(self, allowed: str) -> str:
+        char = self._skip_space()
+        if not char or char not in allowed:
+            raise ValueError(f"list body: expected one of {allowed!r} at {char!r}")
+        self._at += 1
+        return char
+
+    def _value(self) -> tuple[Any, bool]:
+        """The JSON value that starts here, read whole, and whether it was cut."""
+        self._skip_space()
+        last = threshold = -1  # the text tried last, and the text to wait for
+        while True:
+            unread = len(self._buffer) - self._at
+            if unread > last and (unread >= threshold or self._ended):
+                try:
+                    value, end = self._decoder.raw_decode(self._buffer, self._at)
+                except RecursionError:
+                    return self._too_deep()
+                except json.JSONDecodeError:
+                    if self._ended:
+                        raise
+                    # Tried again once the text has doubled: each item is decoded a bounded
+                    # number of times, however small the chunks.
+                    last, threshold = unread, 2 * unread
+                else:
+                    # A number is the one value whose end the next chunk may still move.
+                    if end < len(self._buffer) or self._ended or not _is_number(value):
+                        self._at = end
+                        return value, False
+                    last, threshold = unread, unread + 1
+            if not self._more() and len(self._buffer) - self._at <= last:
+                raise ValueError("list body: it ends inside a value")
+
+    def _too_deep(self) -> tuple[Any, bool]:
+        """An item the decoder cannot take: found whole by its brackets, decoded flattened."""
+        depth = 0
+        scan_from = self._at
+        while True:
+            for match in _TEXT_TOKEN.finditer(self._buffer, scan_from):
+                token = match.group()
+                if token == '"':
+                    break  # a string not yet whole: read on from its start
+                scan_from = match.end()
+                if token[0] == '"':
+                    continue
+                depth += 1 if token in "[{" else -1
+                if depth == 0:
+                    item = self._buffer[self._at : scan_from]
+                    self._at = scan_from
+                    return json.loads(flattened(item.encode()), object_hook=self._hook), True
+            read = self._at
+            if not self._more():
+                raise ValueError("list body: it ends inside a value")
+            scan_from -= read  # ``_more`` drops the text before ``_at``
+
+    def items(self) -> Iterator[tuple[Any, bool]]:
+        self._expect("{")
+        if self._skip_space() == "}":
+            self._at += 1
+            return
+        while True:
+            key, _ = self._value()
+            self._expect(":")
+            if key == "items" and self._skip_space() == "[":
+                self._at += 1
+                if self._skip_space() == "]":
+                    self._at += 1
+                else:
+                    while True:
+                        yield self._value()
+                        if self._expect(",]") == "]":
+                            break
+            else:
+                self.rest[str(key)] = self._value()[0]
+            if self._expect(",}") == "}":
+                return
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)

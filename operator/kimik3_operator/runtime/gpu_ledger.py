@@ -4,6 +4,7 @@ answers how many GPUs a placement could use and how many are free."""
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
@@ -80,7 +81,8 @@ def pod_gpus(pod: Mapping[str, Any]) -> tuple[str, dict[str, int]] | None:
         requests = (container.get("resources") or {}).get("requests")
         for name, amount in _extended(requests).items():
             total[name] = total.get(name, 0) + amount
-    return (node, total) if total else None
+    # Interned: thousands of pods on a few hundred nodes share the names.
+    return (sys.intern(str(node)), total) if total else None
 
 
 def ledger_pod_fields(pod: Mapping[str, Any]) -> Obj:
@@ -97,6 +99,12 @@ def ledger_pod_fields(pod: Mapping[str, Any]) -> Obj:
         },
         "status": {"phase": (pod.get("status") or {}).get("phase")},
     }
+
+
+def ledger_pod_listed(pod: Mapping[str, Any]) -> Obj | None:
+    """A listed pod as the ledger keeps it, or None for one that holds no GPUs: most of a
+    cluster's pods, which a list then does not keep at all."""
+    return ledger_pod_fields(pod) if pod_gpus(pod) is not None else None
 
 
 def ledger_pod_hook(found: dict[str, Any]) -> Any:
@@ -151,10 +159,13 @@ class GpuLedger:
             self._nodes[name] = after = node_gpus(node)
             return before != after
 
-    def nodes_listed(self, nodes: Iterable[Mapping[str, Any]]) -> None:
+    def nodes_listed(self, nodes: Iterable[Mapping[str, Any]]) -> bool:
+        """Replace every node the ledger holds; True when what it counts changed."""
+        found = {(n.get("metadata") or {}).get("name", ""): node_gpus(n) for n in nodes}
         with self._lock:
-            self._nodes = {(n.get("metadata") or {}).get("name", ""): node_gpus(n) for n in nodes}
+            before, self._nodes = self._nodes, found
             self._listed = True
+            return before != found
 
     def pod_event(self, kind: str, pod: Mapping[str, Any]) -> bool:
         """Record a pod's event; True when the GPUs it holds changed (never for the many
@@ -167,10 +178,13 @@ class GpuLedger:
                 self._pods[uid] = held
             return before != held
 
-    def pods_listed(self, pods: Iterable[Mapping[str, Any]]) -> None:
+    def pods_listed(self, pods: Iterable[Mapping[str, Any]]) -> bool:
+        """Replace every pod the ledger holds; True when what it counts changed."""
         held = {(p.get("metadata") or {}).get("uid", ""): pod_gpus(p) for p in pods}
         with self._lock:
+            before = self._pods
             self._pods = {uid: h for uid, h in held.items() if h is not None}
+            return before != self._pods
 
     def counts(
         self,

@@ -65,17 +65,23 @@ class Informer:
     transform: Callable[[Obj], Obj] | None = None
     # Makes the transform of one list, in place of ``transform``: one that keeps a state
     # across the list's pages (a byte budget), so a list never holds more than it allows.
-    list_transform: Callable[[], Callable[[Obj], Obj]] | None = None
+    # An object it turns into None is not kept (nor known: no DELETED event for it later).
+    list_transform: Callable[[], Callable[[Obj], Obj | None]] | None = None
     # Applied while decoding (decode.loads): trims each JSON object as it is built, so a page
     # of large objects never exists whole in memory.
     object_hook: decode.ObjectHook | None = None
-    # Objects per list page: what one response may hold at once.
+    # Objects per list page: one request each. A page is decoded as it streams in, one
+    # object at a time (decode.ListBody), so its size costs no memory.
     page: int = PAGE
     # Refused objects: their name, namespace, uid and resourceVersion, nothing else.
     on_rejected: OnRejected | None = None
     # Check the depth of every object, not only of a body the fast decoder refused: for kinds
     # with open fields (a KimiK3Deployment's status), whose depth only the author bounds.
     strict: bool = False
+    # Remember what the consumer holds, to report what a new list no longer has. A consumer
+    # whose ``on_sync`` replaces all it holds (the GPU ledger) needs no such report: it then
+    # costs nothing per object.
+    track: bool = True
     synced: threading.Event = field(default_factory=threading.Event)
     _stop: threading.Event = field(default_factory=threading.Event)
     _wake: threading.Event = field(default_factory=threading.Event)
@@ -128,15 +134,22 @@ class Informer:
                 if response.status == 404:
                     # A group the API server does not serve answers in plain text.
                     raise NotServedError
-                data, cut = decode.loads(response.read() or b"{}", self.object_hook)
                 if response.status >= 400:
+                    data, _ = decode.loads(response.read() or b"{}")
                     raise OSError(f"list {self.path}: {response.status} {data.get('message', '')}")
-                page = data.pop("items", None) or []
-                if cut or self.strict:
-                    page = [obj for obj in page if not self._refused(obj)]
-                items.extend(map(transform, page) if transform else page)
-                meta = data.get("metadata") or {}
-                del data, page, response
+                raw = response.response
+                body = decode.ListBody(raw.stream(65536, decode_content=True), self.object_hook)
+                try:
+                    for obj, cut in body.items():
+                        if (cut or self.strict) and self._refused(obj):
+                            continue
+                        kept = transform(obj) if transform else obj
+                        if kept is not None:
+                            items.append(kept)
+                finally:
+                    raw.release_conn()
+                meta = body.rest.get("metadata") or {}
+                del body, response
             token = meta.get("continue") or ""
             if not token:
                 return items, str(meta.get("resourceVersion", ""))
@@ -212,11 +225,12 @@ class Informer:
         return key, {"metadata": kept}
 
     def _deliver(self, kind: str, obj: Obj) -> None:
-        key, identity = self._identity(obj)
-        if kind == "DELETED":
-            self._known.pop(key, None)
-        else:
-            self._known[key] = identity
+        if self.track:
+            key, identity = self._identity(obj)
+            if kind == "DELETED":
+                self._known.pop(key, None)
+            else:
+                self._known[key] = identity
         try:
             self.on_event(kind, obj)
         except Exception:
@@ -226,7 +240,7 @@ class Informer:
         """A fresh list: the consumer's scope replaced, and a DELETED event for each object
         it held that is gone."""
         before = self._known
-        self._known = dict(self._identity(obj) for obj in items)
+        self._known = dict(map(self._identity, items)) if self.track else {}
         try:
             self.on_sync(items)
         except Exception:

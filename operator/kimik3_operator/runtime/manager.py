@@ -31,6 +31,7 @@ from kimik3_operator.runtime.gpu_ledger import (
     ledger_node_fields,
     ledger_pod_fields,
     ledger_pod_hook,
+    ledger_pod_listed,
 )
 from kimik3_operator.runtime.informer import Informer, Obj
 from kimik3_operator.runtime.namespaces import NamespaceLabels
@@ -42,7 +43,6 @@ from kimik3_operator.runtime.store import Store, StoreKube, list_budget, trimmed
 log = logging.getLogger(__name__)
 Key = tuple[str, str]
 MANAGED_SELECTOR = f"{c.LABEL_MANAGED_BY}={c.OPERATOR_NAME}"
-CHILD_PAGE = 20
 REJECTED_REMEMBERED = 10_000
 
 
@@ -147,7 +147,7 @@ class Manager:
                 Informer(
                     self.api_client,
                     "/api/v1/nodes",
-                    on_sync=ledger.nodes_listed,
+                    on_sync=self._gpu_sync(ledger.nodes_listed),
                     on_event=self._gpu_change(ledger.node_event, nodes=True),
                     transform=ledger_node_fields,
                     name="nodes (GPU ledger)",
@@ -157,16 +157,16 @@ class Manager:
                 Informer(
                     self.api_client,
                     "/api/v1/pods",
-                    on_sync=ledger.pods_listed,
+                    on_sync=self._gpu_sync(ledger.pods_listed),
                     on_event=self._gpu_change(ledger.pod_event),
                     transform=ledger_pod_fields,
+                    # A list keeps only the pods that hold GPUs: not the cluster's others.
+                    list_transform=lambda: ledger_pod_listed,
                     object_hook=ledger_pod_hook,
+                    track=False,
                     # Bound pods that still hold their resources.
                     field_selector="spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed",
                     name="pods (GPU ledger)",
-                    # Anyone's pods, up to 1.5 MiB each: a page's body is held whole (its
-                    # objects are trimmed as they are decoded).
-                    page=CHILD_PAGE,
                 )
             )
         return made
@@ -209,8 +209,6 @@ class Manager:
             name=f"{plural} in {namespace or 'all namespaces'}",
             transform=partial(trimmed, kind),
             list_transform=partial(list_budget, kind),
-            # The label is anyone's to set: a page of objects up to 1.5 MiB each stays small.
-            page=CHILD_PAGE,
             on_rejected=partial(self.rejected, kind),
             # Its status fields are open: only the API server's 10,000 levels bound them.
             strict=kind == c.KIND,
@@ -262,20 +260,30 @@ class Manager:
         self, record: Callable[[str, Obj], bool], nodes: bool = False
     ) -> Callable[[str, Obj], None]:
         def on_event(event: str, obj: Obj) -> None:
-            if not record(event, obj):
-                return  # most pod events: nothing the ledger counts
-            # Free GPUs moved: a deployment waiting for them may fit now.
-            for namespace, name in self.store.keys(c.KIND):
-                status = (self.store.get(c.KIND, namespace, name) or {}).get("status")
-                if isinstance(status, dict) and status.get("reason") == c.Reason.INSUFFICIENT_GPUS:
-                    self._enqueue((namespace, name))
+            if record(event, obj):
+                self._gpus_moved()
             if nodes and event == "DELETED":
-                # A group on a node that is gone is down now, not after the pod GC.
+                # A group on a node that is gone is down now, not after the pod GC (also for
+                # a node a new list no longer has, which the ledger has dropped already).
                 node = (obj.get("metadata") or {}).get("name")
                 for pod in self.store.pods_on_node(str(node)):
                     self._enqueue_owner(pod)
 
         return on_event
+
+    def _gpu_sync(self, replace: Callable[[list[Obj]], bool]) -> Callable[[list[Obj]], None]:
+        def on_sync(items: list[Obj]) -> None:
+            if replace(items):
+                self._gpus_moved()
+
+        return on_sync
+
+    def _gpus_moved(self) -> None:
+        """Free GPUs moved: a deployment waiting for them may fit now."""
+        for namespace, name in self.store.keys(c.KIND):
+            status = (self.store.get(c.KIND, namespace, name) or {}).get("status")
+            if isinstance(status, dict) and status.get("reason") == c.Reason.INSUFFICIENT_GPUS:
+                self._enqueue((namespace, name))
 
     # --- the queue ----------------------------------------------------------------------
 

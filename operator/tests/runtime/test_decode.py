@@ -9,6 +9,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+import pytest
 from scripted_api import FakeApi, Response, pod
 
 from kimik3_operator.runtime import decode
@@ -215,3 +216,116 @@ def test_the_ledger_hook_leaves_watch_bookmarks_and_errors_whole() -> None:
     error = {"type": "ERROR", "object": {"kind": "Status", "code": 410, "message": "gone"}}
     for event in (bookmark, error):
         assert decode.loads(json.dumps(event), ledger_pod_hook)[0] == event
+
+
+def chunked(body: bytes, size: int) -> list[bytes]:
+    return [body[at : at + size] for at in range(0, len(body), size)]
+
+
+LISTED = {
+    "kind": "PodList",
+    "apiVersion": "v1",
+    "metadata": {"resourceVersion": "12", "continue": "tok", "remainingItemCount": 7},
+    "items": [
+        {"metadata": {"name": f"p{n}"}, "spec": {"text": 'é😀]}\\"[' * n, "n": n, "f": -1.5e3}}
+        for n in range(12)
+    ],
+}
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 5, 64, 4096, 1 << 20])
+@pytest.mark.parametrize(
+    "text",
+    [
+        json.dumps(LISTED),
+        json.dumps(LISTED, indent=2),
+        # The API server writes items last; any order is read the same.
+        json.dumps(dict(reversed(list(LISTED.items()))), separators=(",", ":")),
+    ],
+)
+def test_a_list_read_as_a_stream_is_the_list_in_any_chunks(size: int, text: str) -> None:
+    body = decode.ListBody(chunked(text.encode(), size))
+    assert [item for item, _ in body.items()] == LISTED["items"]
+    assert body.rest == {k: v for k, v in LISTED.items() if k != "items"}
+
+
+@pytest.mark.parametrize("text", ['{"items":[]}', '{"items":null,"metadata":{}}', "{}"])
+def test_an_empty_list_streams_nothing(text: str) -> None:
+    assert list(decode.ListBody([text.encode()]).items()) == []
+
+
+@pytest.mark.parametrize("size", [1, 7, 4096, 1 << 22])
+def test_an_item_too_deep_in_a_stream_is_cut_and_its_neighbours_are_whole(size: int) -> None:
+    body = page(
+        json.dumps(pod("a", 1)).encode(),
+        deep_deployment("b", 1_200),
+        json.dumps(pod("c", 2)).encode(),
+    )
+    read = list(decode.ListBody(chunked(body, size)).items())
+    assert [cut for _, cut in read] == [False, True, False]
+    assert read[0][0] == pod("a", 1) and read[2][0] == pod("c", 2)
+    assert read[1][0]["metadata"]["name"] == "b" and decode.rejected(read[1][0])
+
+
+def test_a_page_of_large_pods_streams_holding_one_pod_at_a_time() -> None:
+    """500 pods to a page cost what one pod costs: the page of 20 pods of 2 MiB each (over
+    40 MiB) is read in the socket's 64 KiB chunks, and only the pod being read is text."""
+    import tracemalloc
+
+    from kimik3_operator.runtime.gpu_ledger import ledger_pod_fields, ledger_pod_hook
+
+    pods = [bound_pod(n, 1 << 20) for n in range(20)]
+    chunks = chunked(
+        json.dumps({"metadata": {"resourceVersion": "9"}, "items": pods}).encode(), 65536
+    )
+    del pods
+    tracemalloc.start()
+    body = decode.ListBody(iter(chunks), ledger_pod_hook)
+    read = [ledger_pod_fields(item) for item, _ in body.items()]
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert sum(map(len, chunks)) > 40 << 20
+    assert body.held < 6 << 20, "about two pods' text (the wait for a pod's end doubles)"
+    assert peak < 16 << 20, peak
+    assert read == [ledger_pod_fields(bound_pod(n, 8)) for n in range(20)]
+    assert body.rest == {"metadata": {"resourceVersion": "9"}}
+
+
+def test_an_item_over_the_limit_or_a_cut_body_ends_the_list_in_error() -> None:
+    big = json.dumps({"items": [{"v": "#" * 5000}]}).encode()
+    with pytest.raises(ValueError, match="over 4,096 characters"):
+        list(decode.ListBody(chunked(big, 100), item_limit=4096).items())
+    for cut in (big[:-2], big[:30], b'{"items":[{"a":1},'):
+        with pytest.raises(ValueError):
+            list(decode.ListBody(chunked(cut, 7)).items())
+
+
+def test_the_ledgers_list_keeps_only_pods_holding_gpus_and_tracks_none() -> None:
+    """The GPU ledger's informer (runtime/manager.py) over a cluster's pods: the ones that
+    request no extended resource are not kept by the list nor remembered by the informer."""
+    from kimik3_operator.runtime.gpu_ledger import (
+        ledger_pod_fields,
+        ledger_pod_hook,
+        ledger_pod_listed,
+    )
+
+    plain = bound_pod(7, 8)
+    plain["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "1"}}
+    api = FakeApi([bound_pod(1, 8), plain, bound_pod(2, 8)], [])
+    synced: list[list[Obj]] = []
+    informer = Informer(
+        api,
+        "/api/v1/pods",
+        on_sync=synced.append,
+        on_event=lambda kind, obj: None,
+        transform=ledger_pod_fields,
+        list_transform=lambda: ledger_pod_listed,
+        object_hook=ledger_pod_hook,
+        track=False,
+    )
+    informer.random = lambda: 0.0
+    informer.start()
+    assert api.idle.wait(10)
+    informer.stop()
+    assert [p["metadata"]["uid"] for p in synced[0]] == ["uid-1", "uid-2"]
+    assert informer._known == {}

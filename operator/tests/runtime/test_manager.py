@@ -550,3 +550,73 @@ def test_a_reading_that_would_change_the_status_enqueues_only_that_resource() ->
     queued = {manager.queue.get(timeout=1)}
     assert queued == {("llm", "moved")}
     assert manager.queue.get(timeout=0.2) is None
+
+
+def test_a_new_list_of_pods_or_nodes_that_frees_gpus_wakes_the_deployments_waiting_for_them() -> (
+    None
+):
+    """After a watch outage the ledger learns of freed GPUs from a list, not from events: the
+    deployments parked on InsufficientGPUs are reconciled then, the others are not; a list
+    that changes nothing the ledger counts wakes none; a node a list no longer has takes its
+    groups down at once."""
+    from kimik3_operator.api import constants as c
+    from kimik3_operator.config import Settings
+    from kimik3_operator.controller.reconcile import reconcile_for_runtime
+    from kimik3_operator.runtime.manager import Manager
+    from kimik3_operator.runtime.readers import AcceptanceReader
+
+    manager = Manager(
+        api=FakeKube(),
+        api_client=None,
+        settings=Settings(gpu_inventory=True),
+        acceptance=AcceptanceReader(),
+        reconciler=reconcile_for_runtime,
+    )
+    informers = {i.name: i for i in manager.build_informers()}
+    pods, nodes = informers["pods (GPU ledger)"], informers["nodes (GPU ledger)"]
+    node = {
+        "metadata": {"name": "gpu-1", "labels": {}},
+        "status": {"allocatable": {"nvidia.com/gpu": "8"}},
+    }
+    holder = {
+        "metadata": {"uid": "u1"},
+        "spec": {
+            "nodeName": "gpu-1",
+            "containers": [{"resources": {"requests": {"nvidia.com/gpu": "8"}}}],
+        },
+        "status": {"phase": "Running"},
+    }
+    nodes._sync([node])  # what a list hands the informer
+    pods.on_sync([holder])
+    waiting, serving = resource("waiting"), resource("serving")
+    waiting["status"] = {"reason": c.Reason.INSUFFICIENT_GPUS}
+    serving["status"] = {"reason": "Serving"}
+    for item in (waiting, serving):
+        manager.store.upsert(c.KIND, item)
+    group_pod = {
+        "metadata": {
+            "name": "serving-0",
+            "namespace": "llm",
+            "uid": "p1",
+            "labels": {c.LABEL_MANAGED_BY: c.OPERATOR_NAME, c.LABEL_INSTANCE: "serving"},
+        },
+        "spec": {"nodeName": "gpu-1"},
+    }
+    manager.store.upsert("Pod", group_pod)
+
+    def queued() -> set[tuple[str, str]]:
+        found = set()
+        while (key := manager.queue.get(timeout=0.2)) is not None:
+            found.add(key)
+            manager.queue.done(key)
+        return found
+
+    manager.queue.delay = 0.0
+    manager.set_active(True)
+    assert queued() == {("llm", "waiting"), ("llm", "serving")}, "the start's reconcile"
+    pods.on_sync([holder])
+    assert queued() == set(), "the same pods: nothing moved"
+    pods.on_sync([])
+    assert queued() == {("llm", "waiting")}, "the 8 GPUs are free"
+    nodes._sync([])
+    assert ("llm", "serving") in queued(), "its node is gone"
