@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import pathlib
 import subprocess
@@ -52,6 +53,12 @@ from e2e.support.cluster import Cluster, service_account_kubeconfig, tools_bin  
 from kimik3_operator.kube import ApiKube  # noqa: E402
 
 READS = ("get", "list", "watch")
+SERVICE_RANGE = {
+    "apiVersion": "networking.k8s.io/v1",
+    "kind": "ServiceCIDR",
+    "metadata": {"name": "kimik3-bench"},
+    "spec": {"cidrs": ["10.1.0.0/20"]},
+}
 
 
 class Peak:
@@ -132,6 +139,8 @@ def main() -> int:
     print(f"{args.nodes} fake GPU nodes in {now() - started:.0f}s")
     for ns in (NS, NOISE):
         create_quietly(admin, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+    # The control plane's own Service range holds 254 addresses; each deployment has one.
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(SERVICE_RANGE))
     cluster.kubectl("create", "serviceaccount", ACCOUNT, "-n", NS, check=False)
     cluster.kubectl(
         "create", "clusterrolebinding", "kimik3-bench", "--clusterrole=cluster-admin",
@@ -219,6 +228,8 @@ def main() -> int:
         if not args.keep:
             cluster.kubectl("delete", "namespace", NS, NOISE, "--wait=false", check=False)
             cluster.kubectl("delete", "clusterrolebinding", "kimik3-bench", check=False)
+            # Held by its Services until the namespace is gone, then deleted.
+            cluster.kubectl("delete", "servicecidr", "kimik3-bench", "--wait=false", check=False)
             cluster.kubectl("delete", "nodes", "-l", "kimik3.io/pool=bench", "--wait=false")
     return 0
 
