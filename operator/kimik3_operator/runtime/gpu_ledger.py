@@ -72,6 +72,9 @@ def node_gpus(node: Mapping[str, Any]) -> NodeGpus:
 
 def pod_gpus(pod: Mapping[str, Any]) -> tuple[str, dict[str, int]] | None:
     """(node, extended-resource requests) of a bound, running pod; None for anything else."""
+    if HELD in pod:
+        held: tuple[str, dict[str, int]] = pod[HELD]
+        return held
     spec = pod.get("spec") or {}
     node = spec.get("nodeName")
     if not node or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
@@ -101,10 +104,17 @@ def ledger_pod_fields(pod: Mapping[str, Any]) -> Obj:
     }
 
 
+# What a list keeps of a pod that holds GPUs: its (node, requests), read by ``pod_gpus``.
+HELD = "held"
+
+
 def ledger_pod_listed(pod: Mapping[str, Any]) -> Obj | None:
-    """A listed pod as the ledger keeps it, or None for one that holds no GPUs: most of a
-    cluster's pods, which a list then does not keep at all."""
-    return ledger_pod_fields(pod) if pod_gpus(pod) is not None else None
+    """A listed pod as the ledger keeps it, its uid and what it holds, or None for one that
+    holds no GPUs: most of a cluster's pods, which a list then does not keep at all."""
+    held = pod_gpus(pod)
+    if held is None:
+        return None
+    return {"metadata": {"uid": (pod.get("metadata") or {}).get("uid", "")}, HELD: held}
 
 
 def ledger_pod_hook(found: dict[str, Any]) -> Any:

@@ -304,6 +304,7 @@ def test_the_ledgers_list_keeps_only_pods_holding_gpus_and_tracks_none() -> None
     """The GPU ledger's informer (runtime/manager.py) over a cluster's pods: the ones that
     request no extended resource are not kept by the list nor remembered by the informer."""
     from kimik3_operator.runtime.gpu_ledger import (
+        GpuLedger,
         ledger_pod_fields,
         ledger_pod_hook,
         ledger_pod_listed,
@@ -329,3 +330,11 @@ def test_the_ledgers_list_keeps_only_pods_holding_gpus_and_tracks_none() -> None
     informer.stop()
     assert [p["metadata"]["uid"] for p in synced[0]] == ["uid-1", "uid-2"]
     assert informer._known == {}
+    ledger = GpuLedger()
+    ledger.nodes_listed(
+        [{"metadata": {"name": f"node-{n}"}, "status": {"allocatable": {"nvidia.com/gpu": "8"}}}
+         for n in range(3)]
+    )  # fmt: skip
+    ledger.pods_listed(synced[0])
+    counts = ledger.counts("nvidia.com/gpu", {}, own=["uid-1", "uid-7"])
+    assert (counts.allocatable, counts.free, counts.own_pods_held) == (24, 8, 1)
