@@ -11,6 +11,7 @@ import kopf
 import prometheus_client
 
 from kimik3_operator.config import Settings
+from kimik3_operator.controller.act import SIDE_BY_SIDE
 from kimik3_operator.controller.reconcile import reconcile_for_runtime
 from kimik3_operator.kube import ApiKube
 from kimik3_operator.redact import install_log_redaction
@@ -29,7 +30,8 @@ def start(settings: kopf.OperatorSettings, **_: Any) -> None:
     logging.getLogger("aiohttp.server").addFilter(NotReadyLine())
     if SETTINGS.metrics_port:
         prometheus_client.start_http_server(SETTINGS.metrics_port, SETTINGS.metrics_address)
-    api = ApiKube.from_environment()
+    # Each worker's independent writes go at once; the leader, readers and lists beside them.
+    api = ApiKube.from_environment(connections=SETTINGS.workers * len(SIDE_BY_SIDE) + 8)
     settings.posting.enabled = False  # events are posted by the reconcile, on change only
     settings.watching.server_timeout = 300
     # Namespaces are listed explicitly (or all): kopf need not list/watch namespaces and

@@ -115,14 +115,21 @@ class ApiKube:
         self._client = api_client
 
     @classmethod
-    def from_environment(cls) -> ApiKube:
+    def from_environment(cls, connections: int = 0) -> ApiKube:
+        """A client from the pod's ServiceAccount, else the kubeconfig. ``connections``: the
+        idle connections kept for reuse (the client's default is 5 per CPU), as many as the
+        operator's requests may be at once: beyond it each request opens and drops a TLS
+        connection, which costs the API server most when it is busiest."""
         import kubernetes
 
         try:
             kubernetes.config.load_incluster_config()  # type: ignore[no-untyped-call]
         except kubernetes.config.ConfigException:
             kubernetes.config.load_kube_config()  # type: ignore[no-untyped-call]
-        client = kubernetes.client.ApiClient()
+        configuration = kubernetes.client.Configuration.get_default_copy()
+        if connections:
+            configuration.connection_pool_maxsize = connections
+        client = kubernetes.client.ApiClient(configuration)
         client.user_agent = USER_AGENT
         return cls(client)
 

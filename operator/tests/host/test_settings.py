@@ -119,3 +119,36 @@ def test_every_alert_says_what_alertmanager_reads_and_links_its_troubleshooting_
             assert key in alert, f"{name} has no {key}"
         assert f"runbookURL }}}}#{name.lower()}" in alert, name
         assert name.lower() in headings, f"docs/troubleshooting.md has no section {name}"
+
+
+def test_the_client_keeps_as_many_connections_as_the_operator_uses_at_once(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past the pool's size each request opens and drops a TLS connection: the operator's
+    client keeps one for each write its workers may have in flight."""
+    import yaml
+
+    from kimik3_operator.kube import ApiKube
+
+    config = tmp_path / "kubeconfig"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1"}}],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+                "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "x",
+            }
+        )
+    )
+    monkeypatch.setenv("KUBECONFIG", str(config))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+
+    def pool_size(kube: ApiKube) -> int:
+        size: int = kube.api_client.rest_client.pool_manager.connection_pool_kw["maxsize"]
+        return size
+
+    assert pool_size(ApiKube.from_environment(connections=56)) == 56
+    assert pool_size(ApiKube.from_environment()) == 5 * (os.cpu_count() or 1)
