@@ -11,6 +11,8 @@ answers per pod as a hostile image would:
   ok-*        a well-behaved vLLM leader
   the download pod's /progress: [1,2,3], 1e400, 10,000-deep nesting, 50 MiB, in turn
 
+The operator runs as a ServiceAccount (bound to cluster-admin), as it runs in a cluster.
+
 Phase 1 serves every pod as a well-behaved leader; phase 2 turns the hostility on; phase 3
 fills the tenant's namespace with what the operator might hold in memory, one kind at a time:
 1,000 ConfigMaps of 250 KiB carrying the operator's managed-by label and naming a resource
@@ -53,7 +55,8 @@ sys.path.insert(0, str(ROOT / "operator"))
 
 from bench.operator_scrape import rss_mib  # noqa: E402 - after the path
 
-from e2e.support.cluster import tools_bin  # noqa: E402
+from e2e.support.chart import admin_service_account  # noqa: E402
+from e2e.support.cluster import Cluster, tools_bin  # noqa: E402
 from kimik3_operator.api.constants import API_VERSION  # noqa: E402
 from kimik3_operator.kube import ApiKube  # noqa: E402
 from kimik3_operator.runtime.bounded_http import fetch as bounded_fetch  # noqa: E402
@@ -62,6 +65,7 @@ KUBECONFIG = ROOT / "e2e" / ".run" / "kubeconfig"
 NAMESPACE = "bench-hostile"
 OTHER = "bench-other"  # another tenant, whose reconcile delay is timed
 NOISE = "bench-hostile-pods"  # pods anyone may run: the GPU ledger lists them
+HOME = "bench-hostile-operator"  # the operator's ServiceAccount
 RESYNC_SECONDS = 5
 KINDS = ("ok", "huge", "big", "drip", "redirect")
 SERVER = textwrap.dedent("""
@@ -398,7 +402,7 @@ def main() -> int:
     flag = ROOT / "e2e" / ".run" / "bench-hostile.on"
     flag.unlink(missing_ok=True)
     kubectl(env, "apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "manifests/crd"))
-    for namespace in (NAMESPACE, OTHER, NOISE):
+    for namespace in (NAMESPACE, OTHER, NOISE, HOME):
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:  # a previous run's namespace may still be going
             found = subprocess.run(
@@ -434,8 +438,13 @@ def main() -> int:
     hits = ROOT / "e2e" / ".run" / "bench-hostile.hits"
     hits.write_text("")
     trap = subprocess.Popen([sys.executable, "-c", TRAP, str(trap_port), str(hits)])
+    # The operator's own identity, as it runs in a cluster: an admin's requests are exempt
+    # from the API server's Priority and Fairness, the operator's are queued by it.
+    cluster = Cluster(KUBECONFIG, tools_bin())
     operator_env = {
         **env,
+        "KUBECONFIG": str(admin_service_account(cluster, HOME, "kimik3-operator")),
+        "KIMIK3_LEASE_NAMESPACE": HOME,
         "KIMIK3_NAMESPACES": f"{NAMESPACE},{OTHER}",
         "KIMIK3_METRICS_PORT": str(metrics_port),
         "KIMIK3_METRICS_ADDRESS": "127.0.0.1",
@@ -589,7 +598,8 @@ def main() -> int:
         operator.wait(timeout=20)
         server.terminate()
         trap.kill()
-        for namespace in (NAMESPACE, OTHER, NOISE):
+        kubectl(env, "delete", "clusterrolebinding", HOME, "--ignore-not-found")
+        for namespace in (NAMESPACE, OTHER, NOISE, HOME):
             kubectl(env, "delete", "namespace", namespace, "--wait=false")
         kubectl(env, "delete", "pv", f"cache-{NAMESPACE}", "--wait=false")
     return 0

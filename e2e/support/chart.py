@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import pathlib
 import subprocess
 import uuid
 from collections.abc import Callable, Iterator
@@ -108,3 +109,17 @@ def chart_operator(
         helm(cluster, "uninstall", release, "-n", system, "--wait", check=False)
         for ns in (system, watched):
             cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+
+
+def admin_service_account(cluster: Cluster, namespace: str, account: str) -> pathlib.Path:
+    """A kubeconfig for ``account`` in ``namespace``, bound to cluster-admin: a benchmark's
+    operator then goes through the API server's Priority and Fairness as in a cluster (an
+    admin's requests are exempt from it and its queues)."""
+    cluster.kubectl("create", "serviceaccount", account, "-n", namespace, check=False)
+    cluster.kubectl(
+        "create", "clusterrolebinding", namespace, "--clusterrole=cluster-admin",
+        f"--serviceaccount={namespace}:{account}", check=False,
+    )  # fmt: skip
+    return service_account_kubeconfig(
+        cluster, namespace, account, RUN / f"bench-{namespace}.kubeconfig"
+    )
