@@ -455,12 +455,14 @@ def main() -> int:
         "KIMIK3_DOWNLOAD_PROGRESS_URL": f"http://127.0.0.1:{args.port}/progress/{{pod}}",
     }
 
+    log = open(ROOT / "e2e" / ".run" / "bench-hostile-operator.log", "ab")  # noqa: SIM115
+
     def start_operator() -> subprocess.Popen[bytes]:
         return subprocess.Popen(
             [sys.executable, "-m", "kimik3_operator", "run"],
             cwd=ROOT,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
             env=operator_env,
         )
 
