@@ -15,6 +15,7 @@ per pod. Prints figures; asserts nothing.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
 import json
 import pathlib
@@ -27,13 +28,7 @@ from typing import Any
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "operator"))
 
-from kimik3_operator.runtime.gpu_ledger import (  # noqa: E402
-    GpuLedger,
-    ledger_pod_fields,
-    ledger_pod_hook,
-    ledger_pod_listed,
-)
-from kimik3_operator.runtime.informer import Informer  # noqa: E402
+from kimik3_operator.runtime.gpu_ledger import GpuLedger, pods_informer  # noqa: E402
 
 
 def pod(number: int, holds_gpus: bool) -> dict[str, Any]:
@@ -113,15 +108,9 @@ class Pods:
 def measure(now: bool, count: int, holding: float) -> tuple[int, float, float, float, int]:
     api = Pods(count, holding)
     ledger = GpuLedger()
-    informer = Informer(
-        api,
-        "/api/v1/pods",
-        on_sync=ledger.pods_listed,
-        on_event=lambda kind, obj: None,
-        transform=ledger_pod_fields,
-        object_hook=ledger_pod_hook,
-        **({"list_transform": lambda: ledger_pod_listed, "track": False} if now else {"page": 20}),
-    )  # type: ignore[arg-type]
+    informer = pods_informer(api, ledger.pods_listed, lambda kind, obj: None)
+    if not now:  # pages of 20, every pod kept and remembered
+        informer = dataclasses.replace(informer, page=20, list_transform=None, track=True)
     gc.collect()
     tracemalloc.start()
     started = time.perf_counter()

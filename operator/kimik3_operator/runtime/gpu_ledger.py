@@ -12,6 +12,7 @@ from typing import Any
 
 from kimik3_operator.kube import Obj
 from kimik3_operator.observation.workload import GpuCounts
+from kimik3_operator.runtime.informer import Informer, OnEvent, OnSync
 
 
 @dataclass(frozen=True)
@@ -133,6 +134,24 @@ def ledger_pod_hook(found: dict[str, Any]) -> Any:
     if "phase" in found:
         return {"phase": found["phase"]}
     return found
+
+
+def pods_informer(api_client: Any, on_sync: OnSync, on_event: OnEvent) -> Informer:
+    """The cluster's bound pods that still hold their resources, as the ledger reads them:
+    trimmed while decoded, a list keeping only the pods that hold GPUs (not the cluster's
+    others) and remembering nothing per pod (the ledger's list replaces all it holds)."""
+    return Informer(
+        api_client,
+        "/api/v1/pods",
+        on_sync=on_sync,
+        on_event=on_event,
+        transform=ledger_pod_fields,
+        list_transform=lambda: ledger_pod_listed,
+        object_hook=ledger_pod_hook,
+        track=False,
+        field_selector="spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed",
+        name="pods (GPU ledger)",
+    )
 
 
 def ledger_node_fields(node: Mapping[str, Any]) -> Obj:

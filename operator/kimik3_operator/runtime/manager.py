@@ -29,9 +29,7 @@ from kimik3_operator.runtime import decode
 from kimik3_operator.runtime.gpu_ledger import (
     GpuLedger,
     ledger_node_fields,
-    ledger_pod_fields,
-    ledger_pod_hook,
-    ledger_pod_listed,
+    pods_informer,
 )
 from kimik3_operator.runtime.informer import Informer, Obj
 from kimik3_operator.runtime.namespaces import NamespaceLabels
@@ -154,19 +152,10 @@ class Manager:
                 )
             )
             made.append(
-                Informer(
+                pods_informer(
                     self.api_client,
-                    "/api/v1/pods",
-                    on_sync=self._gpu_sync(ledger.pods_listed),
-                    on_event=self._gpu_change(ledger.pod_event),
-                    transform=ledger_pod_fields,
-                    # A list keeps only the pods that hold GPUs: not the cluster's others.
-                    list_transform=lambda: ledger_pod_listed,
-                    object_hook=ledger_pod_hook,
-                    track=False,
-                    # Bound pods that still hold their resources.
-                    field_selector="spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed",
-                    name="pods (GPU ledger)",
+                    self._gpu_sync(ledger.pods_listed),
+                    self._gpu_change(ledger.pod_event),
                 )
             )
         return made

@@ -301,29 +301,15 @@ def test_an_item_over_the_limit_or_a_cut_body_ends_the_list_in_error() -> None:
 
 
 def test_the_ledgers_list_keeps_only_pods_holding_gpus_and_tracks_none() -> None:
-    """The GPU ledger's informer (runtime/manager.py) over a cluster's pods: the ones that
-    request no extended resource are not kept by the list nor remembered by the informer."""
-    from kimik3_operator.runtime.gpu_ledger import (
-        GpuLedger,
-        ledger_pod_fields,
-        ledger_pod_hook,
-        ledger_pod_listed,
-    )
+    """The GPU ledger's informer, the one the manager builds, over a cluster's pods: the
+    ones that request no extended resource are not kept by the list nor remembered."""
+    from kimik3_operator.runtime.gpu_ledger import GpuLedger, pods_informer
 
     plain = bound_pod(7, 8)
     plain["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "1"}}
     api = FakeApi([bound_pod(1, 8), plain, bound_pod(2, 8)], [])
     synced: list[list[Obj]] = []
-    informer = Informer(
-        api,
-        "/api/v1/pods",
-        on_sync=synced.append,
-        on_event=lambda kind, obj: None,
-        transform=ledger_pod_fields,
-        list_transform=lambda: ledger_pod_listed,
-        object_hook=ledger_pod_hook,
-        track=False,
-    )
+    informer = pods_informer(api, synced.append, lambda kind, obj: None)
     informer.random = lambda: 0.0
     informer.start()
     assert api.idle.wait(10)
