@@ -19,6 +19,7 @@ from kimik3_operator.runtime.leader import LeaseElector
 from kimik3_operator.runtime.manager import Manager
 from kimik3_operator.runtime.readers import AcceptanceReader
 
+log = logging.getLogger(__name__)
 SETTINGS = Settings.from_env()
 MANAGERS: list[Manager] = []
 ELECTORS: list[LeaseElector] = []
@@ -28,6 +29,11 @@ ELECTORS: list[LeaseElector] = []
 def start(settings: kopf.OperatorSettings, **_: Any) -> None:
     install_log_redaction()
     logging.getLogger("aiohttp.server").addFilter(NotReadyLine())
+    log.info(
+        "starting: %d reconcile workers, watching %s",
+        SETTINGS.workers,
+        ", ".join(SETTINGS.namespaces) or "every namespace",
+    )
     if SETTINGS.metrics_port:
         prometheus_client.start_http_server(SETTINGS.metrics_port, SETTINGS.metrics_address)
     # Each worker's independent writes go at once; the leader, readers and lists beside them.

@@ -11,6 +11,7 @@ import builtins
 import contextlib
 import json
 import logging
+import time
 from collections.abc import Mapping
 from typing import Any, Protocol
 
@@ -20,6 +21,8 @@ from kimik3_operator.api.kinds import KINDS
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 USER_AGENT = "kimik3-operator"
+# A request at least this slow is logged (INFO): the first place to look for a slow reconcile.
+SLOW_REQUEST_SECONDS = 1.0
 
 
 class KubeError(Exception):
@@ -146,10 +149,15 @@ class ApiKube:
         body: Any = None,
         content_type: str = "application/json",
     ) -> Any:
+        started = time.monotonic()
         response = send(
             self._client, method, path, query=query, body=body, content_type=content_type
         )
         data = response.read()
+        took = time.monotonic() - started
+        if took >= SLOW_REQUEST_SECONDS:
+            # Where a slow reconcile waited: the path names no secret, the body is not logged.
+            log.info("API %s %s took %.2fs (HTTP %d)", method, path, took, response.status)
         text = data.decode() if isinstance(data, bytes) else str(data or "")
         if response.status >= 400:
             raise KubeError(response.status, str(response.reason), text)

@@ -163,6 +163,10 @@ def ledger_node_fields(node: Mapping[str, Any]) -> Obj:
     }
 
 
+class LedgerNotListedError(RuntimeError):
+    """The cluster's pods are not listed yet: counted now, GPUs they hold would look free."""
+
+
 class GpuLedger:
     """Per node the allocatable GPUs, per pod what it holds: numbers, never whole objects."""
 
@@ -170,6 +174,7 @@ class GpuLedger:
         self._nodes: dict[str, NodeGpus] = {}
         self._pods: dict[str, tuple[str, dict[str, int]]] = {}
         self._listed = False
+        self._pods_listed = False
         self._lock = threading.Lock()
 
     def has_node(self, name: str) -> bool:
@@ -213,6 +218,7 @@ class GpuLedger:
         with self._lock:
             before = self._pods
             self._pods = {uid: h for uid, h in held.items() if h is not None}
+            self._pods_listed = True
             return before != self._pods
 
     def counts(
@@ -225,9 +231,13 @@ class GpuLedger:
     ) -> GpuCounts:
         """GPUs on the nodes this placement could use: what the scheduler had to work with;
         with ``per_pod``, how many pods of that many GPUs the free ones can still place; with
-        ``own`` (pod uids), how many of those pods the ledger holds on a node."""
+        ``own`` (pod uids), how many of those pods the ledger holds on a node. Raises
+        LedgerNotListedError before the first list of pods (the cluster's largest list, which the
+        reconciles that need no count do not wait for)."""
         tolerated = list(tolerations)
         with self._lock:
+            if not self._pods_listed:
+                raise LedgerNotListedError("the GPU ledger has not listed the cluster's pods yet")
             held = None if own is None else sum(1 for uid in own if uid in self._pods)
             used: dict[str, int] = {}
             for bound_to, requests in self._pods.values():

@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import random
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,10 +36,9 @@ OnRejected = Callable[[Obj], None]
 # The watch event that stands for an object the decoder refused.
 REJECTED = "REJECTED"
 WATCH_SECONDS = 290  # each watch asks for 290 to 580 s (jittered), as client-go does
+# Objects per list page. Lists run side by side, each holding the text of one object at a
+# time (decode.ListBody): a small list never waits behind a large one.
 PAGE = 500
-# List pages read and decoded at once, across every informer: at start-up all of them list
-# together, and a page may be megabytes of anyone's objects (trimmed only once decoded).
-LIST_SLOTS = threading.BoundedSemaphore(2)
 BACKOFF_START, BACKOFF_MAX = 0.5, 30.0
 
 
@@ -82,6 +82,8 @@ class Informer:
     # whose ``on_sync`` replaces all it holds (the GPU ledger) needs no such report: it then
     # costs nothing per object.
     track: bool = True
+    # Called after every list the consumer has taken (``synced`` is set by then).
+    on_listed: Callable[[], None] = lambda: None
     synced: threading.Event = field(default_factory=threading.Event)
     _stop: threading.Event = field(default_factory=threading.Event)
     _wake: threading.Event = field(default_factory=threading.Event)
@@ -129,27 +131,26 @@ class Informer:
         transform = self.list_transform() if self.list_transform else self.transform
         while True:
             extra = [("limit", str(self.page))] + ([("continue", token)] if token else [])
-            with LIST_SLOTS:
-                response = self._request(self._query(extra), 60)
-                if response.status == 404:
-                    # A group the API server does not serve answers in plain text.
-                    raise NotServedError
-                if response.status >= 400:
-                    data, _ = decode.loads(response.read() or b"{}")
-                    raise OSError(f"list {self.path}: {response.status} {data.get('message', '')}")
-                raw = response.response
-                body = decode.ListBody(raw.stream(65536, decode_content=True), self.object_hook)
-                try:
-                    for obj, cut in body.items():
-                        if (cut or self.strict) and self._refused(obj):
-                            continue
-                        kept = transform(obj) if transform else obj
-                        if kept is not None:
-                            items.append(kept)
-                finally:
-                    raw.release_conn()
-                meta = body.rest.get("metadata") or {}
-                del body, response
+            response = self._request(self._query(extra), 60)
+            if response.status == 404:
+                # A group the API server does not serve answers in plain text.
+                raise NotServedError
+            if response.status >= 400:
+                data, _ = decode.loads(response.read() or b"{}")
+                raise OSError(f"list {self.path}: {response.status} {data.get('message', '')}")
+            raw = response.response
+            body = decode.ListBody(raw.stream(65536, decode_content=True), self.object_hook)
+            try:
+                for obj, cut in body.items():
+                    if (cut or self.strict) and self._refused(obj):
+                        continue
+                    kept = transform(obj) if transform else obj
+                    if kept is not None:
+                        items.append(kept)
+            finally:
+                raw.release_conn()
+            meta = body.rest.get("metadata") or {}
+            del body, response
             token = meta.get("continue") or ""
             if not token:
                 return items, str(meta.get("resourceVersion", ""))
@@ -251,15 +252,29 @@ class Informer:
             except Exception:
                 log.exception("informer %s: the DELETED handler failed; skipped", self.name)
 
+    def _listed(self) -> None:
+        try:
+            self.on_listed()
+        except Exception:
+            log.exception("informer %s: the listed handler failed", self.name)
+
     def _run(self) -> None:
         backoff = BACKOFF_START
         version = ""
         while not self._stop.is_set():
             try:
                 if not version:
+                    started = time.monotonic()
                     items, version = self._list()
                     self._sync(items)
+                    log.info(
+                        "informer %s: listed, %d kept, in %.2fs",
+                        self.name or self.path,
+                        len(items),
+                        time.monotonic() - started,
+                    )
                     self.synced.set()
+                    self._listed()
                 for kind, obj in self._watch(version):
                     if kind == "ERROR":
                         if obj.get("code") == 410:
@@ -281,6 +296,7 @@ class Informer:
                 # Nothing of a kind that does not exist: say so, and look again later.
                 self._sync([])
                 self.synced.set()
+                self._listed()
                 version = ""
                 if self._pause(self._jittered(15.0)):
                     return

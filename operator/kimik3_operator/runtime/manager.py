@@ -28,6 +28,7 @@ from kimik3_operator.observation.readings import Readings
 from kimik3_operator.runtime import decode
 from kimik3_operator.runtime.gpu_ledger import (
     GpuLedger,
+    LedgerNotListedError,
     ledger_node_fields,
     pods_informer,
 )
@@ -42,6 +43,8 @@ log = logging.getLogger(__name__)
 Key = tuple[str, str]
 MANAGED_SELECTOR = f"{c.LABEL_MANAGED_BY}={c.OPERATOR_NAME}"
 REJECTED_REMEMBERED = 10_000
+# A reconcile that waited and ran this long in all is logged (INFO), with where it waited.
+SLOW_RECONCILE_SECONDS = 2.0
 
 
 # CRDs whose presence changes what the operator builds.
@@ -109,6 +112,13 @@ class Manager:
     namespace_labels: NamespaceLabels = field(default_factory=NamespaceLabels)
     # (uid, resourceVersion) of refused objects already told of, so a relist repeats nothing.
     _rejected_seen: set[tuple[str, str]] = field(default_factory=set)
+    # The watches a reconcile reads, each with its namespace (None: all of them).
+    _needed: list[tuple[str | None, Informer]] = field(default_factory=list)
+    # Resources due before what they read was listed: their namespace's watches, or the GPU
+    # ledger's pods. Each list handed to the store releases those it was the last one for.
+    _parked: dict[Key, bool] = field(default_factory=dict)  # key -> parked on the ledger
+    _parked_lock: threading.Lock = field(default_factory=threading.Lock)
+    _ledger_pods: Informer | None = None
 
     def __post_init__(self) -> None:
         self.kube = StoreKube(self.api, self.store, background_events=True)
@@ -126,39 +136,80 @@ class Manager:
     # --- the watches --------------------------------------------------------------------
 
     def build_informers(self) -> list[Informer]:
+        """The watches, and of them the ones a reconcile needs listed first (``_needed``,
+        by namespace): every one but the GPU ledger's pods, which only a count waits for."""
         scopes: tuple[str | None, ...] = self.settings.namespaces or (None,)
-        made: list[Informer] = []
+        needed: list[tuple[str | None, Informer]] = []
         by_kind: dict[str, list[Informer]] = {}
         for namespace in scopes:
-            made.append(self._informer(KINDS[c.KIND], namespace, ""))
+            needed.append((namespace, self._informer(KINDS[c.KIND], namespace, "")))
             for child in CHILDREN:
                 informer = self._informer(child, namespace, MANAGED_SELECTOR)
                 by_kind.setdefault(child.kind, []).append(informer)
-                made.append(informer)
+                needed.append((namespace, informer))
             # Claims the user names for the model cache carry no label of ours.
-            made.append(self._informer(KINDS["PersistentVolumeClaim"], namespace, ""))
+            needed.append(
+                (namespace, self._informer(KINDS["PersistentVolumeClaim"], namespace, ""))
+            )
         for crd, kind in WATCHED_CRDS.items():
-            made.append(self._crd_informer(crd, by_kind.get(kind, [])))
+            needed.append((None, self._crd_informer(crd, by_kind.get(kind, []))))
+        made = [informer for _, informer in needed]
         if self.ledger is not None:
             ledger = self.ledger
-            made.append(
-                Informer(
-                    self.api_client,
-                    "/api/v1/nodes",
-                    on_sync=self._gpu_sync(ledger.nodes_listed),
-                    on_event=self._gpu_change(ledger.node_event, nodes=True),
-                    transform=ledger_node_fields,
-                    name="nodes (GPU ledger)",
-                )
+            nodes = Informer(
+                self.api_client,
+                "/api/v1/nodes",
+                on_sync=self._gpu_sync(ledger.nodes_listed),
+                on_event=self._gpu_change(ledger.node_event, nodes=True),
+                transform=ledger_node_fields,
+                name="nodes (GPU ledger)",
             )
-            made.append(
-                pods_informer(
-                    self.api_client,
-                    self._gpu_sync(ledger.pods_listed),
-                    self._gpu_change(ledger.pod_event),
-                )
+            needed.append((None, nodes))
+            pods = pods_informer(
+                self.api_client,
+                self._gpu_sync(ledger.pods_listed),
+                self._gpu_change(ledger.pod_event),
             )
+            self._ledger_pods = pods
+            made += [nodes, pods]
+        for informer in made:
+            informer.on_listed = self._release
+        self._needed = needed
         return made
+
+    # --- resources due before their watches have listed ---------------------------------
+
+    def listed_for(self, namespace: str) -> bool:
+        """Whether every watch a reconcile in ``namespace`` reads has listed: a reconcile
+        before the store holds the truth would report absences it made up. With watches per
+        namespace, one namespace's large list delays only its own resources."""
+        return all(
+            informer.synced.is_set()
+            for scope, informer in self._needed
+            if scope is None or scope == namespace
+        )
+
+    def _park(self, key: Key, ledger: bool = False) -> None:
+        with self._parked_lock:
+            self._parked[key] = ledger or self._parked.get(key, False)
+        # A list may have ended while this one was decided: look again.
+        self._release()
+
+    def _release(self) -> None:
+        """Queues the parked resources that may go now: their namespace's watches have
+        listed, and for those that count GPUs the ledger's pods too."""
+        pods = self._ledger_pods
+        counted = pods is None or pods.synced.is_set()
+        with self._parked_lock:
+            going = [
+                key
+                for key, on_ledger in self._parked.items()
+                if (counted or not on_ledger) and self.listed_for(key[0])
+            ]
+            for key in going:
+                del self._parked[key]
+        for key in going:
+            self._enqueue(key, delay=0.0)
 
     def _informer(self, watched: Kind, namespace: str | None, selector: str) -> Informer:
         kind, plural = watched.kind, watched.plural
@@ -301,6 +352,9 @@ class Manager:
 
     def reconcile_key(self, key: Key) -> None:
         namespace, name = key
+        if not self.listed_for(namespace):
+            self._park(key)
+            return
         try:
             self.reconciler(
                 self.kube,
@@ -317,6 +371,9 @@ class Manager:
                 pd_picker_image=self.settings.pd_picker_image,
                 routing_sidecar_image=self.settings.routing_sidecar_image,
             )
+        except LedgerNotListedError:
+            # Its count waits for the cluster's pods; the other resources do not.
+            self._park(key, ledger=True)
         except Exception as exc:
             delay = self.queue.add_after_failure(key)
             attempt = self.queue.failures(key)
@@ -342,11 +399,20 @@ class Manager:
             key = self.queue.get(timeout=1.0)
             if key is None:
                 continue
+            started = time.monotonic()
             try:
                 if self.active.is_set():
                     self.reconcile_key(key)
             finally:
+                took, waited = time.monotonic() - started, self.queue.waited(key)
                 self.queue.done(key)
+            if took + waited >= SLOW_RECONCILE_SECONDS:
+                log.info(
+                    "reconcile of %s/%s: waited %.2fs for a worker, took %.2fs",
+                    *key,
+                    waited,
+                    took,
+                )
 
     # --- the periodic loop --------------------------------------------------------------
 
@@ -391,9 +457,12 @@ class Manager:
     # --- lifecycle ----------------------------------------------------------------------
 
     def start(self, sync_timeout: float = 60.0) -> None:
-        """Starts the watches, and the workers once every watch has listed: a reconcile
-        before the store holds the truth would report absences it made up."""
+        """Starts the watches and the workers; a resource is reconciled once the watches it
+        reads have listed (``listed_for``), the periodic loop and the health check once all
+        have."""
         self.informers = self.build_informers()
+        for number in range(self.settings.workers):
+            self._spawn(self._work, f"reconcile-{number}")
         for informer in self.informers:
             informer.start()
         self._spawn(lambda: self._start_when_synced(sync_timeout), "manager")
@@ -412,11 +481,8 @@ class Manager:
             while not informer.synced.wait(1.0):
                 if self._stop.is_set():
                     return
-        for number in range(self.settings.workers):
-            self._spawn(self._work, f"reconcile-{number}")
         self._spawn(self._loop, "periodic")
         self.ready.set()
-        self.enqueue_all()
 
     def _spawn(self, target: Callable[[], None], name: str) -> None:
         threading.Thread(target=target, name=name, daemon=True).start()

@@ -95,6 +95,8 @@ class WorkQueue(Generic[K]):
         self._bucket = TokenBucket(retry_qps, retry_burst, clock)
         self._failures: dict[K, int] = {}
         self._started: dict[K, float] = {}
+        # Seconds each running key waited after it was due.
+        self._waited: dict[K, float] = {}
         self._clock = clock
         self._heap: list[tuple[float, int, K]] = []
         self._waiting: dict[K, float] = {}
@@ -204,8 +206,9 @@ class WorkQueue(Generic[K]):
                     del self._waiting[key]
                     self._active.add(key)
                     self._started[key] = now
+                    self._waited[key] = max(0.0, now - due)
                     DEPTH.set(len(self._waiting))
-                    QUEUE_SECONDS.observe(max(0.0, now - due))
+                    QUEUE_SECONDS.observe(self._waited[key])
                     return key
                 while self._heap and self._waiting.get(self._heap[0][2]) != self._heap[0][0]:
                     heapq.heappop(self._heap)  # superseded by an earlier due time
@@ -218,8 +221,14 @@ class WorkQueue(Generic[K]):
                 self._cond.wait(wait)
             return None
 
+    def waited(self, key: K) -> float:
+        """Seconds the running ``key`` waited for a worker after it was due."""
+        with self._cond:
+            return self._waited.get(key, 0.0)
+
     def done(self, key: K) -> None:
         with self._cond:
+            self._waited.pop(key, None)
             started = self._started.pop(key, None)
             if started is not None:
                 WORK_SECONDS.observe(self._clock() - started)

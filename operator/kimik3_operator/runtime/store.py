@@ -12,6 +12,7 @@ import json
 import logging
 import queue
 import threading
+import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -42,6 +43,7 @@ class NotLeaderError(RuntimeError):
 # ordinary ones). 1,000 labelled 250 KiB ConfigMaps then cost at most the budget.
 MAX_STORED_BYTES = 512 * 1024
 NAMESPACE_BUDGET_BYTES = 16 * 1024 * 1024
+OVER_BUDGET_LOG_SECONDS = 600.0
 # A KimiK3Deployment's status over this size (the operator's own is a few KiB) is not kept.
 MAX_STATUS_BYTES = 256 * 1024
 KEPT_METADATA = (
@@ -205,7 +207,9 @@ class Store:
         # Bytes of the bodies kept per namespace, and each budgeted object's share of them.
         self._spent: dict[str, int] = defaultdict(int)
         self._sizes: dict[Key, int] = {}
-        self._over_budget: set[str] = set()
+        # When each namespace over its budget was last logged: once in OVER_BUDGET_LOG_SECONDS
+        # (a namespace at its budget would otherwise log each update of its objects).
+        self._over_budget: dict[str, float] = {}
         self._lock = threading.Lock()
 
     @staticmethod
@@ -237,8 +241,11 @@ class Store:
         size = _size(obj)
         namespace = key[1]
         if self._spent[namespace] + size > NAMESPACE_BUDGET_BYTES:
-            if namespace not in self._over_budget:
-                self._over_budget.add(namespace)
+            now = time.monotonic()
+            if now - self._over_budget.get(namespace, -OVER_BUDGET_LOG_SECONDS) >= (
+                OVER_BUDGET_LOG_SECONDS
+            ):
+                self._over_budget[namespace] = now
                 log.warning(
                     "namespace %s: the objects that claim to be the operator's hold over %d "
                     "bytes; from %s %s on, only identities are kept there",
@@ -266,7 +273,6 @@ class Store:
             self._spent[key[1]] -= size
             if self._spent[key[1]] <= 0:
                 del self._spent[key[1]]
-            self._over_budget.discard(key[1])
         self._by_kind[key[0]].discard(key)
         owner, node = self._terms(key, old)
         if owner is not None:

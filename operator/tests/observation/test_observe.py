@@ -240,6 +240,7 @@ def test_gpu_inventory_leaves_out_nodes_whose_taints_the_placement_does_not_tole
     ]
     ledger = GpuLedger()
     ledger.nodes_listed(nodes)
+    ledger.pods_listed([])
     assert ledger.counts("nvidia.com/gpu", {}).nodes == 1
     exact = [{"key": "pool", "operator": "Equal", "value": "demo", "effect": "NoSchedule"}]
     assert ledger.counts("nvidia.com/gpu", {}, exact).nodes == 2

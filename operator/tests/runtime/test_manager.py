@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -37,6 +38,37 @@ def test_a_burst_of_events_for_one_resource_is_one_reconcile() -> None:
     assert {queue.get(timeout=0), queue.get(timeout=0)} == {"llm/k3", "llm/other"}
     assert queue.get(timeout=0) is None
     assert queue.coalesced == 15
+
+
+def test_a_slow_reconcile_is_logged_with_how_long_it_waited_for_a_worker(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The operator's log says where a slow reconcile spent its time: waiting for a worker
+    after it was due, or running."""
+    from kimik3_operator.runtime import manager as manager_module
+
+    clock = Clock()
+    queue: WorkQueue[str] = WorkQueue(delay=0.1, clock=clock)
+    queue.add("llm/k3")
+    clock.now = 2.6
+    assert queue.get(timeout=0) == "llm/k3"
+    assert queue.waited("llm/k3") == pytest.approx(2.5)
+    queue.done("llm/k3")
+    assert queue.waited("llm/k3") == 0.0
+
+    manager, recorder = manager_for(("llm",))
+    for informer in manager.informers:
+        list_done(informer)
+    manager.queue.add(("llm", "slow"))
+    caplog.set_level("INFO", logger=manager_module.__name__)
+    recorder.sleep = manager_module.SLOW_RECONCILE_SECONDS
+    worker = threading.Thread(target=manager._work, daemon=True)
+    worker.start()
+    deadline = time.monotonic() + 10
+    while "llm/slow" not in caplog.text and time.monotonic() < deadline:
+        time.sleep(0.05)
+    manager.stop()
+    assert "reconcile of llm/slow: waited 0.00s for a worker, took 2." in caplog.text
 
 
 def test_a_key_added_while_it_runs_runs_once_more_afterwards_never_twice_at_once() -> None:
@@ -339,16 +371,23 @@ def test_a_resource_over_its_bounds_is_kept_as_refused_not_whole() -> None:
         parse_spec(kept["spec"])
 
 
-def test_a_namespace_holds_bodies_up_to_its_budget_and_no_more() -> None:
+def test_a_namespace_holds_bodies_up_to_its_budget_and_no_more(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     """1,000 labelled, owner-claiming 250 KiB ConfigMaps in one namespace: the store holds
-    the budget's worth of bodies there and identities past it; another namespace's objects
-    are kept whole; deleting gives the budget back."""
+    the budget's worth of bodies there and identities past it, and says so once, not at
+    each update; another namespace's objects are kept whole; deleting gives the budget
+    back."""
     from kimik3_operator.runtime.store import NAMESPACE_BUDGET_BYTES, Store
 
     store = Store()
     store.upsert("ConfigMap", config_map("theirs", 2, namespace="b"))
     for n in range(1000):
         store.upsert("ConfigMap", config_map(f"m{n}", 250 * 1024))
+    for n in range(20):  # the kept ones updated, each time leaving room for one more
+        store.upsert("ConfigMap", config_map(f"m{n}", 250 * 1024 - 1))
+        store.upsert("ConfigMap", config_map(f"m{999 - n}", 250 * 1024))
+    assert caplog.text.count("only identities are kept there") == 1
     assert store.spent("a") <= NAMESPACE_BUDGET_BYTES
     held = sum(len(json.dumps(o)) for o in store.list("ConfigMap", "a"))
     assert held < NAMESPACE_BUDGET_BYTES + 1000 * 300
@@ -435,9 +474,7 @@ class SilentInformer:
         pass
 
 
-def test_workers_start_only_once_every_watch_has_listed() -> None:
-    import time
-
+def test_the_health_check_waits_for_every_watch_and_the_workers_start_at_once() -> None:
     from kimik3_operator.config import Settings
     from kimik3_operator.controller.reconcile import reconcile_for_runtime
     from kimik3_operator.runtime.manager import Manager
@@ -455,11 +492,118 @@ def test_workers_start_only_once_every_watch_has_listed() -> None:
     controller.start(sync_timeout=0.1)
     time.sleep(0.5)
     assert not controller.ready.is_set(), "not ready, never 'starting anyway'"
-    assert not any(t.name.startswith("reconcile-") for t in threading.enumerate())
+    assert not any(t.name == "periodic" for t in threading.enumerate())
+    assert any(t.name.startswith("reconcile-") for t in threading.enumerate())
     silent.synced.set()
     assert controller.ready.wait(5)
-    assert any(t.name.startswith("reconcile-") for t in threading.enumerate())
+    assert any(t.name == "periodic" for t in threading.enumerate())
     controller.stop()
+
+
+class Recorder:
+    """A reconciler that records the keys it ran and raises what it is told to."""
+
+    def __init__(self) -> None:
+        self.ran: list[tuple[str, str]] = []
+        self.raises: BaseException | None = None
+        self.sleep = 0.0
+
+    def __call__(self, kube: Any, key: tuple[str, str], **_: Any) -> None:
+        self.ran.append(key)
+        time.sleep(self.sleep)
+        if self.raises is not None:
+            raise self.raises
+
+
+def manager_for(namespaces: tuple[str, ...], gpus: bool = False) -> tuple[Any, Recorder]:
+    from kimik3_operator.config import Settings
+    from kimik3_operator.runtime.manager import Manager
+    from kimik3_operator.runtime.readers import AcceptanceReader
+
+    recorder = Recorder()
+    manager = Manager(
+        api=FakeKube(),
+        api_client=None,
+        settings=Settings(namespaces=namespaces, gpu_inventory=gpus),
+        acceptance=AcceptanceReader(),
+        reconciler=recorder,
+    )
+    manager.informers = manager.build_informers()
+    manager.queue.delay = 0.0
+    manager.set_active(True)
+    return manager, recorder
+
+
+def list_done(informer: Any) -> None:
+    """What the informer does once a list is in the store."""
+    informer.synced.set()
+    informer.on_listed()
+
+
+def drained(manager: Any) -> set[tuple[str, str]]:
+    found = set()
+    while (key := manager.queue.get(timeout=0.2)) is not None:
+        found.add(key)
+        manager.queue.done(key)
+    return found
+
+
+def test_a_resource_waits_for_its_namespaces_watches_and_no_other_namespaces() -> None:
+    """One tenant's slow list (1,000 large ConfigMaps) delays only that tenant's resources
+    at a start: another namespace's go as soon as its own watches and the cluster-wide ones
+    have listed, and the waiting ones go when their last watch has."""
+    manager, recorder = manager_for(("slow", "quick"))
+    slow_configmaps = next(i for i in manager.informers if i.name == "configmaps in slow")
+    for informer in manager.informers:
+        if informer is not slow_configmaps:
+            list_done(informer)
+    assert manager.listed_for("quick") and not manager.listed_for("slow")
+    manager.reconcile_key(("slow", "a"))
+    manager.reconcile_key(("quick", "b"))
+    assert recorder.ran == [("quick", "b")], "the slow namespace's resource waits"
+    assert drained(manager) == set(), "nothing queued while its list runs"
+    list_done(slow_configmaps)
+    assert drained(manager) == {("slow", "a")}, "queued once its namespace has listed"
+    manager.reconcile_key(("slow", "a"))
+    assert recorder.ran[-1] == ("slow", "a")
+
+
+def test_a_cluster_wide_watch_holds_every_resource_until_it_has_listed() -> None:
+    manager, recorder = manager_for(())
+    crd = next(i for i in manager.informers if i.name.startswith("crd "))
+    for informer in manager.informers:
+        if informer is not crd:
+            list_done(informer)
+    manager.reconcile_key(("any", "a"))
+    assert recorder.ran == [] and drained(manager) == set()
+    list_done(crd)
+    assert drained(manager) == {("any", "a")}
+
+
+def test_only_a_resource_that_counts_gpus_waits_for_the_ledgers_pods() -> None:
+    """The cluster's pods are the largest list of all (200,000 pods: minutes): a resource
+    whose reconcile needs no GPU count goes without it; one that needs a count waits for it
+    (counted before, the GPUs those pods hold would look free), quietly, with no retry, and
+    goes when the pods are listed, not on another watch's list."""
+    from kimik3_operator.runtime.gpu_ledger import GpuLedger, LedgerNotListedError
+
+    manager, recorder = manager_for(("llm",), gpus=True)
+    pods = next(i for i in manager.informers if i.name == "pods (GPU ledger)")
+    for informer in manager.informers:
+        if informer is not pods:
+            list_done(informer)
+    manager.reconcile_key(("llm", "plain"))
+    assert recorder.ran == [("llm", "plain")]
+    with pytest.raises(LedgerNotListedError):
+        GpuLedger().counts("nvidia.com/gpu", {})
+    recorder.raises = LedgerNotListedError("not yet")
+    manager.reconcile_key(("llm", "counting"))
+    assert manager.queue.failures(("llm", "counting")) == 0, "not a failure"
+    list_done(next(i for i in manager.informers if i.name == "configmaps in llm"))
+    assert drained(manager) == set(), "another watch's list does not release it"
+    recorder.raises = None
+    list_done(pods)
+    assert drained(manager) == {("llm", "counting")}
 
 
 def test_the_store_indexes_children_by_owner_and_pods_by_node() -> None:
