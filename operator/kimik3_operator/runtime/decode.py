@@ -14,6 +14,7 @@ import codecs
 import json
 import re
 from collections.abc import Callable, Iterable, Iterator
+from json.encoder import encode_basestring_ascii
 from typing import Any
 
 ObjectHook = Callable[[dict[str, Any]], Any]
@@ -228,3 +229,49 @@ class ListBody:
 
 def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+# Shorter strings are measured by the encoder itself (faster than the checks below).
+_LONG = 1024
+# What json.dumps escapes besides every character past ASCII (ensure_ascii).
+_ESCAPED = ('"', "\\", *map(chr, range(32)))
+
+
+def _string_size(text: str) -> int:
+    if len(text) >= _LONG and text.isascii() and not any(c in text for c in _ESCAPED):
+        return len(text) + 2
+    return len(encode_basestring_ascii(text))
+
+
+def encoded_size(value: Any) -> int:
+    """``len(json.dumps(value, separators=(",", ":"), default=str))`` without writing the
+    text of long strings: the store weighs every object it keeps, and the encoder's copy of
+    a few large strings was most of the cost of a list of large objects."""
+    total = 0
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            total += _string_size(item)
+        elif isinstance(item, dict):
+            total += 2 * len(item) + 1 if item else 2  # braces, colons, commas
+            for key, inner in item.items():
+                if isinstance(key, str):
+                    stack.append(key)
+                else:  # what json.dumps makes of a key that is not a string
+                    total += len(json.dumps({key: 0}, separators=(",", ":"))) - 4
+                stack.append(inner)
+        elif isinstance(item, (list, tuple)):
+            total += len(item) + 1 if item else 2  # brackets, commas
+            stack.extend(item)
+        elif item is None or item is True:
+            total += 4
+        elif item is False:
+            total += 5
+        elif isinstance(item, int):
+            total += len(int.__repr__(item))
+        elif isinstance(item, float):
+            total += len(json.dumps(item))
+        else:
+            total += len(json.dumps(str(item)))
+    return total

@@ -8,7 +8,6 @@ the watch event arrives.
 from __future__ import annotations
 
 import builtins
-import json
 import logging
 import queue
 import threading
@@ -25,6 +24,7 @@ from kimik3_operator.api.constants import (
     OVERSIZED_SPEC_KEY,
 )
 from kimik3_operator.kube import Kube, Obj
+from kimik3_operator.runtime.decode import encoded_size
 
 log = logging.getLogger(__name__)
 Key = tuple[str, str, str]  # kind, namespace ("" when cluster-scoped), name
@@ -64,10 +64,6 @@ IDENTITY = ("name", "namespace", "uid", "resourceVersion", "labels", "ownerRefer
 UNBUDGETED = frozenset({"Pod", KIND, "PersistentVolumeClaim", "CustomResourceDefinition"})
 
 
-def _size(value: Any) -> int:
-    return len(json.dumps(value, separators=(",", ":"), default=str))
-
-
 def controlled_by_resource(obj: Mapping[str, Any]) -> bool:
     """Whether ``obj`` names a KimiK3Deployment as its controller, as every child the
     operator makes does (an owner reference is the writer's claim, not proof; the reconcile
@@ -98,7 +94,7 @@ def _resource(obj: Mapping[str, Any], kept: Obj) -> Obj:
     if own:
         meta["annotations"] = own
     spec = obj.get("spec")
-    size = _size(spec)
+    size = encoded_size(spec)
     if size > MAX_SPEC_BYTES:
         log.warning(
             "%s %s/%s: its spec is %d bytes; kept as refused",
@@ -111,7 +107,7 @@ def _resource(obj: Mapping[str, Any], kept: Obj) -> Obj:
     if spec is not None:
         kept["spec"] = spec
     status = obj.get("status")
-    if status is not None and _size(status) <= MAX_STATUS_BYTES:
+    if status is not None and encoded_size(status) <= MAX_STATUS_BYTES:
         kept["status"] = status
     elif status is not None:
         log.warning(
@@ -146,7 +142,7 @@ def trimmed(kind: str, obj: Mapping[str, Any]) -> Obj:
     if kind != "PersistentVolumeClaim" and not controlled_by_resource(obj):
         return _identity(kind, obj)
     rest = {k: v for k, v in obj.items() if k not in ("apiVersion", "kind", "metadata")}
-    if _size(rest) > MAX_STORED_BYTES:
+    if encoded_size(rest) > MAX_STORED_BYTES:
         log.warning(
             "%s %s/%s is over %d bytes: only its identity is kept",
             kind,
@@ -170,7 +166,7 @@ def list_budget(kind: str) -> Callable[[Mapping[str, Any]], Obj]:
         if kind in UNBUDGETED:
             return kept
         namespace = str((kept.get("metadata") or {}).get("namespace") or "")
-        size = _size(kept)
+        size = encoded_size(kept)
         if spent[namespace] + size > NAMESPACE_BUDGET_BYTES:
             return _identity(kind, kept)
         spent[namespace] += size
@@ -238,7 +234,7 @@ class Store:
     def _within_budget(self, key: Key, obj: Obj) -> Obj:
         """``obj``, or its identity once its namespace's bodies have spent the budget (an
         identity is always kept, and not counted)."""
-        size = _size(obj)
+        size = encoded_size(obj)
         namespace = key[1]
         if self._spent[namespace] + size > NAMESPACE_BUDGET_BYTES:
             now = time.monotonic()

@@ -324,3 +324,41 @@ def test_the_ledgers_list_keeps_only_pods_holding_gpus_and_tracks_none() -> None
     ledger.pods_listed(synced[0])
     counts = ledger.counts("nvidia.com/gpu", {}, own=["uid-1", "uid-7"])
     assert (counts.allocatable, counts.free, counts.own_pods_held) == (24, 8, 1)
+
+
+class Named:
+    def __str__(self) -> str:
+        return 'a "named" thing'
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {},
+        [],
+        "",
+        {"a": "plain", "b": 'quote " and back\\slash', "c": "tab\tnewline\n", "d": "\x00\x1f\x7f"},
+        {"é": "naïve ☃", "astral": "\U0001f600", "cjk": "模型"},
+        [0, -1, 10**30, 1.5, 1e-7, 1e300, float("inf"), float("nan"), True, False, None],
+        {1: "int key", 2.5: "float key", False: "bool key", None: "none key"},
+        ("a", ("b", ["c", {"d": ()}])),
+        {"custom": Named(), "list": [Named()]},
+        {"metadata": {"name": "x", "labels": {"k": "v"}}, "data": {"k": "#" * 300_000}},
+        ["#" * 5000 + '"', "#" * 5000 + "\\", "#" * 5000 + "\x01", "#" * 5000 + "é"],
+    ],
+)
+def test_the_encoded_size_is_the_length_of_the_compact_json(value: Any) -> None:
+    """The store weighs what it keeps by this size: it must be the JSON's length exactly,
+    for every kind of value an object holds."""
+    from kimik3_operator.runtime.decode import encoded_size
+
+    assert encoded_size(value) == len(json.dumps(value, separators=(",", ":"), default=str))
+
+
+def test_the_encoded_size_of_an_object_nested_deeper_than_the_recursion_limit() -> None:
+    from kimik3_operator.runtime.decode import encoded_size
+
+    deep: Any = "leaf"
+    for _ in range(5000):
+        deep = {"k": [deep]}
+    assert encoded_size(deep) == 5000 * len('{"k":[]}') + len('"leaf"')
