@@ -95,6 +95,7 @@ class FakeHub:
     endless: set[str] = field(default_factory=set)
     redirect_to: str = ""
     active: int = 0  # answers being sent
+    most_active: int = 0  # the most answers sent at once
     # Rewrites the model info the listing answers (a Hub listing hostile names).
     listing: Callable[[dict[str, Any]], dict[str, Any]] | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -323,6 +324,7 @@ class FakeHub:
         began = time.monotonic()
         with self.lock:
             self.active += 1
+            self.most_active = max(self.most_active, self.active)
         try:
             if endless:
                 # A byte a second: an answer that, for all practical purposes, never ends.

@@ -230,6 +230,9 @@ def test_a_large_file_comes_over_several_connections_at_once(
     report = _run(hub, tmp_path / "hub", connections=8, chunkBytes=1024 * 1024)
     took = time.monotonic() - started
     assert report["phase"] == "Ready"
+    # Chunks of a second each at the per-connection cap: the Hub answered several at once
+    # (how much sooner that is, bench/download.py measures; a time here fails on a busy CPU).
+    assert hub.most_active >= 2, hub.most_active
     wait_for_idle(hub)
     ranges = hub.ranges("model.safetensors")
     # Every byte once, in ranges of at most a chunk (the last chunks cut finer).
@@ -237,10 +240,7 @@ def test_a_large_file_comes_over_several_connections_at_once(
     assert covered[0][0] == 0 and sum(size for _, size in covered) == WEIGHTS
     assert all(a + n == b for (a, n), (b, _) in itertools.pairwise(covered))
     assert len(covered) >= 4 and max(size for _, size in covered) <= 1024 * 1024
-    # Four chunks of a second each at the per-connection cap, side by side: less than the
-    # four seconds one connection needs for the file, with the interpreter's start-up.
-    print(f"4 MiB at 1 MiB/s a connection: {took:.1f}s")
-    assert took < 4 + 2.5, took
+    print(f"4 MiB at 1 MiB/s a connection: {took:.1f}s, {hub.most_active} answers at once")
 
 
 def _hostile(hub: FakeHub, change: Any) -> None:
