@@ -58,7 +58,7 @@ from bench.operator_scrape import rss_mib  # noqa: E402 - after the path
 from e2e.support.chart import admin_service_account  # noqa: E402
 from e2e.support.cluster import Cluster, tools_bin  # noqa: E402
 from kimik3_operator.api.constants import API_VERSION  # noqa: E402
-from kimik3_operator.kube import ApiKube  # noqa: E402
+from kimik3_operator.kube import ApiKube, send  # noqa: E402
 from kimik3_operator.runtime.bounded_http import fetch as bounded_fetch  # noqa: E402
 
 KUBECONFIG = ROOT / "e2e" / ".run" / "kubeconfig"
@@ -184,6 +184,35 @@ def reconciles(port: int) -> float:
     return float(found.group(1)) if found else 0.0
 
 
+class Arrivals:
+    """When the API server's watch hands each resource of the other tenant's namespace to a
+    watcher of the bench's own, not the operator's: time before that is the API server's."""
+
+    def __init__(self, api: ApiKube) -> None:
+        self.api = api
+        self.seen: dict[str, float] = {}
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def _run(self) -> None:
+        path = f"/apis/{API_VERSION}/namespaces/{OTHER}/kimik3deployments"
+        while True:
+            with contextlib.suppress(Exception):  # a watch that ends is opened again
+                raw = send(self.api.api_client, "GET", path, query=[("watch", "1")]).response
+                pending = b""
+                for chunk in raw.stream(4096):
+                    pending += chunk
+                    *lines, pending = pending.split(b"\n")
+                    for line in lines:
+                        event = json.loads(line)
+                        name = event["object"]["metadata"]["name"]
+                        if event["type"] == "ADDED":
+                            self.seen.setdefault(name, time.monotonic())
+            time.sleep(0.1)
+
+
+ARRIVALS: list[Arrivals] = []  # the bench's one watcher, once main has made it
+
+
 class ResyncWatch:
     """Times the resync batches from the operator's reconcile counter: with no change in
     the cluster, every reconcile is a resync's, and they come in one batch per period."""
@@ -269,7 +298,12 @@ def reconcile_delay(api: ApiKube, tag: str) -> tuple[float, float]:
             took = time.monotonic() - started
             if took > 2:
                 # To find in the operator's log (its slow requests and reconciles).
-                print(f"    (slow: {OTHER}/{name}, created at {began}, {took:.2f} s)")
+                seen = ARRIVALS[0].seen.get(name) if ARRIVALS else None
+                watch = "not yet" if seen is None else f"after {seen - started:.2f} s"
+                print(
+                    f"    (slow: {OTHER}/{name}, created at {began}, {took:.2f} s; the API "
+                    f"server's watch handed it to another watcher {watch})"
+                )
             return took, created
         time.sleep(0.02)
     return float("inf"), created
@@ -434,6 +468,7 @@ def main() -> int:
         kubectl(env, "create", "namespace", namespace)
     os.environ["KUBECONFIG"] = str(KUBECONFIG)
     api = ApiKube.from_environment()
+    ARRIVALS.append(Arrivals(api))
     volume = ROOT / "e2e" / ".run" / "volumes" / NAMESPACE
     volume.mkdir(parents=True, exist_ok=True)
     pv = {
