@@ -37,7 +37,7 @@ OnRejected = Callable[[Obj], None]
 REJECTED = "REJECTED"
 WATCH_SECONDS = 290  # each watch asks for 290 to 580 s (jittered), as client-go does
 # Objects per list page. Lists run side by side, each holding the text of one object at a
-# time (decode.ListBody): a small list never waits behind a large one.
+# time (decode.ListBody): in the operator, a small list never waits behind a large one.
 PAGE = 500
 BACKOFF_START, BACKOFF_MAX = 0.5, 30.0
 
