@@ -303,6 +303,8 @@ class Reason(StrEnum):
     SERVE_ARGS_ACCEPTED = "ServeArgsAccepted"
     ENGINE_CONFIG_REFUSED = "EngineConfigRefused"
     ENGINE_CONFIG_BUILT = "EngineConfigBuilt"
+    MODEL_CONSTRUCTION_REFUSED = "ModelConstructionRefused"
+    MODELS_CONSTRUCTED = "ModelsConstructed"
     MAX_MODEL_LEN_TOO_LONG = "MaxModelLenTooLong"
     MAX_MODEL_LEN_FITS = "MaxModelLenFits"
     TARGET_LACKS_MTP_LAYERS = "TargetLacksMTPLayers"

@@ -49,6 +49,7 @@ def probed_facts(table: CapabilityTable, report: Mapping[str, Any]) -> Facts:
             "speculative",
             "serve",
             "engine",
+            "construct",
             "pair",
             "vllmVersion",
         )

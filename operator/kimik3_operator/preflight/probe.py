@@ -34,6 +34,7 @@ REPORT_SHAPES: dict[str, type | tuple[type, ...]] = {
     "checksAuxHiddenStatesOverPP": bool,
     "draftInheritsExpertParallel": bool,
     "engine": dict,
+    "construct": dict,
     "targetConfig": (dict, type(None)),
     "drafterConfig": (dict, type(None)),
 }

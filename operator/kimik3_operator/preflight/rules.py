@@ -909,6 +909,54 @@ def check_engine_config(ctx: Context) -> Iterable[Finding]:
     )
 
 
+def check_construction(ctx: Context) -> Iterable[Finding]:
+    """The image probe constructed the target and the drafter from that configuration on
+    PyTorch's meta device, as the model runner does before the first weight: what their
+    classes refuse fails here, with vLLM's words and the line that raised them. A class the
+    probe could not construct on its CPU node (a GPU kernel chosen in its constructor) has no
+    verdict: the finding says so."""
+    if ctx.facts.probed is None:
+        return
+    built = (ctx.release() or {}).get("construct") or {}
+    if not built or built.get("skipped"):
+        return
+    if "model" not in built:
+        done = [str(b) for b in built.get("built") or []]
+        if not done:
+            return
+        missing = built.get("notBuilt")
+        missing = missing if isinstance(missing, dict) else {}
+        unjudged = "".join(
+            f"; the {role} not constructed on the probe's CPU node ({str(why)[:200]}), "
+            "so it is judged when the engine starts"
+            for role, why in sorted(missing.items())
+        )
+        yield Finding(
+            "construct",
+            "Pass",
+            Reason.MODELS_CONSTRUCTED,
+            (
+                f"vLLM in the image constructs {' and '.join(done)} from that configuration "
+                f"(on the meta device: every shape, no weights){unjudged}"
+            ),
+        )
+        return
+    role = str(built.get("model", "target"))
+    owner = "spec.drafter" if role == "drafter" else "spec.model"
+    yield Finding(
+        "construct",
+        "Fail",
+        Reason.MODEL_CONSTRUCTION_REFUSED,
+        (
+            f"vLLM in spec.engine.image refuses to construct the {role} "
+            f"({str(built.get('site', ''))[:120]}): {str(built.get('error', ''))[:400]}; the "
+            f"pods would load the image and stop before the first weight; change {owner}'s "
+            "checkpoint or spec.parallelism to a shape it accepts"
+        ),
+        DRAFTER if role == "drafter" else CAPABILITIES,
+    )
+
+
 ALLOW_LONG_MAX_MODEL_LEN = "VLLM_ALLOW_LONG_MAX_MODEL_LEN"
 
 
@@ -1025,6 +1073,7 @@ RULES: tuple[Rule, ...] = (
     check_serve_args,
     check_max_model_len,
     check_engine_config,
+    check_construction,
 )
 
 

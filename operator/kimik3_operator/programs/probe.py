@@ -18,8 +18,9 @@ import json
 import os
 import pathlib
 import sys
+import time
 import traceback
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 K3_PACKAGE = "vllm.models.kimi_k3"
@@ -398,11 +399,13 @@ def check_engine(
     target_dir: pathlib.Path | None,
     drafter_dir: pathlib.Path | None,
     platform: str,
+    built: list[Any] | None = None,
 ) -> dict[str, Any]:
     """vLLM's whole configuration (EngineArgs from the image's parser, then VllmConfig:
     model, parallel, cache, speculative, scheduler and the platform's own checks), built
     from the leader's command line the way `vllm serve` builds it at start, from the configs
-    alone and with the device stubbed (device_stub)."""
+    alone and with the device stubbed (device_stub). The configuration built is appended to
+    ``built`` for the steps after it."""
     if not argv:
         return {}
     if target_dir is None:
@@ -420,12 +423,214 @@ def check_engine(
             args = parser.parse_args(engine_argv(argv, target_dir, drafter_dir))
         if getattr(args, "model_tag", None):
             args.model = args.model_tag
-        AsyncEngineArgs.from_cli_args(args).create_engine_config()
+        config = AsyncEngineArgs.from_cli_args(args).create_engine_config()
     except SystemExit:
         return {"ok": False, "error": stderr.getvalue().strip()[-600:], "device": stub}
     except Exception as exc:
         return {"ok": False, "error": _short(exc), "device": stub}
+    if built is not None:
+        built.append(config)
     return {"ok": True, "device": stub}
+
+
+# What a model's constructor raises when it refuses its configuration (vLLM's own idioms:
+# `assert heads % tp_size == 0`, `raise ValueError(...)`, `raise NotImplementedError(...)`).
+REFUSAL_TYPES = (ValueError, AssertionError, NotImplementedError)
+# Where the probe's stand-ins live: an exception raised there is the stand-in's, not a
+# refusal of the configuration.
+STAND_IN_MODULES = ("vllm/platforms/", "vllm/v1/attention/", "vllm/distributed/parallel_state.py")
+
+
+def _innermost(error: BaseException) -> str:
+    """``file:line`` where ``error`` was raised, under vLLM's package when it was there."""
+    frames = traceback.extract_tb(error.__traceback__)
+    if not frames:
+        return "unknown"
+    path = frames[-1].filename.replace(os.sep, "/")
+    return (
+        f"{'vllm/' + path.rsplit('/vllm/', 1)[1] if '/vllm/' in path else path}:{frames[-1].lineno}"
+    )
+
+
+def _missing_config_field(error: BaseException) -> bool:
+    """A model class reading a field its checkpoint's config.json does not have: the engine
+    stops there at start the same way."""
+    owner = getattr(error, "obj", None) if isinstance(error, AttributeError) else None
+    return owner is not None and type(owner).__name__.endswith("Config")
+
+
+def refusal_site(error: BaseException) -> str | None:
+    """``file:line`` of the innermost vLLM frame that raised ``error`` when it is a refusal
+    by vLLM's model code; None when it came from elsewhere (a kernel missing on this CPU
+    node, a stand-in, PyTorch itself)."""
+    if not isinstance(error, REFUSAL_TYPES) and not _missing_config_field(error):
+        return None
+    inner = None
+    for frame in traceback.extract_tb(error.__traceback__):
+        path = frame.filename.replace(os.sep, "/")
+        if "/vllm/" in path:
+            inner = (path.rsplit("/vllm/", 1)[1], frame.lineno)
+    if inner is None or any(f"vllm/{inner[0]}".startswith(m) for m in STAND_IN_MODULES):
+        return None
+    return f"vllm/{inner[0]}:{inner[1]}"
+
+
+def _refusal_text(error: BaseException) -> str:
+    """vLLM's message; for a bare ``assert``, the statement that failed."""
+    text = _short(error)
+    if isinstance(error, AssertionError) and not str(error).strip():
+        import linecache
+
+        frame = traceback.extract_tb(error.__traceback__)[-1]
+        line = linecache.getline(frame.filename, frame.lineno or 0).strip()
+        text = f"AssertionError: {line}" if line else text
+    return text
+
+
+def _stand_in_groups(config: Any) -> list[str]:
+    """One process stands for rank 0 of every group: vLLM's distributed state is set up
+    for a world of one (gloo, on the loopback), then each group answers the configured size.
+    Constructors only ask the sizes and their rank to shard the layers; nothing is sent."""
+    import socket
+
+    from vllm.distributed import init_distributed_environment, initialize_model_parallel
+    from vllm.distributed import parallel_state as state
+
+    if not state.model_parallel_is_initialized():
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        init_distributed_environment(
+            world_size=1,
+            rank=0,
+            local_rank=0,
+            distributed_init_method=f"tcp://127.0.0.1:{port}",
+            backend="gloo",
+        )
+        initialize_model_parallel(1, 1)
+    parallel = config.parallel_config
+    sizes = {
+        "_TP": parallel.tensor_parallel_size,
+        "_PP": parallel.pipeline_parallel_size,
+        "_DCP": getattr(parallel, "decode_context_parallel_size", 1),
+    }
+    said = []
+    for name, size in sizes.items():
+        group = getattr(state, name, None)
+        if group is not None:
+            group.world_size = size
+            if size > 1:
+                said.append(f"{name[1:].lower()}={size}")
+    return [f"rank 0 of each parallel group ({', '.join(said) or 'all of size 1'}), no peers"]
+
+
+def _stand_in_attention() -> str | None:
+    """On the stand-in device (device_stub) the GPU platform's attention selection cannot
+    run (it asks the device); each attention layer gets vLLM's Triton backend, MLA or not.
+    Which kernel serves a layer changes no weight's shape: the GPU's own choice, and its
+    refusals, come when the engine starts. An image built for the CPU keeps its own."""
+    from vllm.platforms import current_platform
+
+    kind = type(current_platform)
+    if "answering as" not in (_STUB[0] if _STUB else ""):
+        return None
+
+    def backend(cls: Any, *args: Any, **kwargs: Any) -> str:
+        selector = kwargs.get("attn_selector_config")
+        mla = getattr(selector, "use_mla", kwargs.get("use_mla", False))
+        if mla:
+            return "vllm.v1.attention.backends.mla.triton_mla.TritonMLABackend"
+        return "vllm.v1.attention.backends.triton_attn.TritonAttentionBackend"
+
+    kind.get_attn_backend_cls = classmethod(backend)
+    return "attention backends: Triton's in every layer (the GPU picks its own at start)"
+
+
+class _InertStream:
+    """Stands for a CUDA stream or event on a node without a driver: a constructor keeps the
+    handle for the forward pass, which the probe never runs."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def __getattr__(self, name: str) -> Any:
+        return lambda *args, **kwargs: None
+
+
+@contextlib.contextmanager
+def _inert_cuda_streams(stubbed: list[str]) -> Iterator[None]:
+    import torch
+
+    if torch.cuda.is_available() or "answering as" not in (_STUB[0] if _STUB else ""):
+        yield
+        return
+    saved = torch.cuda.Stream, torch.cuda.Event
+    torch.cuda.Stream, torch.cuda.Event = _InertStream, _InertStream
+    note = "CUDA streams and events: inert (a constructor only keeps them)"
+    if note not in stubbed:
+        stubbed.append(note)
+    try:
+        yield
+    finally:
+        torch.cuda.Stream, torch.cuda.Event = saved
+
+
+def check_construction(config: Any) -> dict[str, Any]:
+    """The target and the drafter constructed as the model runner constructs them before it
+    reads the first weight, from the configuration check_engine built, on PyTorch's meta
+    device (every shape, no memory): what their classes refuse (heads or KV heads that do not
+    shard over the tensor size, a drafter's layers, sizes and flags) fails here with vLLM's
+    message and the line that raised it. What stands in is listed under ``stubbed``."""
+    try:
+        import torch
+        from vllm.config import set_current_vllm_config
+        from vllm.model_executor.model_loader.utils import initialize_model
+
+        with set_current_vllm_config(config):
+            stubbed = _stand_in_groups(config)
+        attention = _stand_in_attention()
+        if attention:
+            stubbed.append(attention)
+    except Exception as exc:  # not vLLM's verdict on the models: say why it was not asked
+        return {"skipped": _short(exc)}
+    speculative = getattr(config, "speculative_config", None)
+    models = [("target", config.model_config)]
+    draft = getattr(speculative, "draft_model_config", None)
+    if draft is not None:
+        models.append(("drafter", draft))
+    built: list[str] = []
+    not_built: dict[str, str] = {}
+    started = time.monotonic()
+    for role, model_config in models:
+        try:
+            with (
+                set_current_vllm_config(config),
+                torch.device("meta"),
+                _inert_cuda_streams(stubbed),
+            ):
+                model = initialize_model(vllm_config=config, model_config=model_config)
+        except Exception as exc:
+            site = refusal_site(exc)
+            if site is None:
+                # A choice only the GPU can make (a kernel, a backend) stopped it: no verdict.
+                not_built[role] = f"{_short(exc)[:300]} (at {_innermost(exc)})"
+                continue
+            return {
+                "ok": False,
+                "model": role,
+                "error": _refusal_text(exc),
+                "site": site,
+                "built": built,
+                "stubbed": stubbed,
+            }
+        built.append(f"{role}: {type(model).__name__}")
+    return {
+        "ok": not not_built,
+        "built": built,
+        "notBuilt": not_built,
+        "stubbed": stubbed,
+        "seconds": round(time.monotonic() - started, 2),
+    }
 
 
 def _engine_config(
@@ -573,7 +778,10 @@ def probe(request: dict[str, Any]) -> dict[str, Any]:
     report["speculative"] = check_speculative(request, dirs["target"], dirs["drafter"])
     report["serve"] = check_serve(request.get("serve") or {}, platform)
     leader = (request.get("serve") or {}).get("leader")
-    report["engine"] = check_engine(leader, dirs["target"], dirs["drafter"], platform)
+    configs: list[Any] = []
+    report["engine"] = check_engine(leader, dirs["target"], dirs["drafter"], platform, configs)
+    if configs:
+        report["construct"] = check_construction(configs[0])
     pair = check_pair(request.get("serve") or {}, dirs["target"], dirs["drafter"], platform)
     if pair:
         report["pair"] = pair
@@ -582,7 +790,8 @@ def probe(request: dict[str, Any]) -> dict[str, Any]:
 
 def differential(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """vLLM's verdict on each case (a leader command line and the target's and drafter's
-    config.json): the full configuration build, as check_engine makes it in the probe."""
+    config.json): the full configuration build, as check_engine makes it in the probe, and
+    where the case asks (``"construct": true``) the models constructed from it."""
     import tempfile
 
     _gpu_node_environment()
@@ -599,7 +808,12 @@ def differential(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 directory.mkdir()
                 (directory / "config.json").write_text(json.dumps(config))
                 dirs[key] = directory
-            answer = check_engine(case["argv"], dirs["target"], dirs["drafter"], case["platform"])
+            built: list[Any] = []
+            answer = check_engine(
+                case["argv"], dirs["target"], dirs["drafter"], case["platform"], built
+            )
+            if built and case.get("construct"):
+                answer["construct"] = check_construction(built[0])
             answers.append({"id": case["id"], **answer})
     return answers
 

@@ -545,6 +545,57 @@ def test_the_probes_engine_configuration_is_a_verdict() -> None:
             assert "Decode context parallelism" in found[want].message
 
 
+def test_the_probes_construction_is_a_verdict_and_what_it_could_not_build_is_said() -> None:
+    """The probe constructs the target and the drafter on the meta device: a refusal names
+    vLLM's words, the line and the condition of the model refused; a model it could not
+    construct on its CPU node is named as judged at start, never as passed or refused."""
+    from conftest import probe_report
+    from kimik3_operator.preflight.gate import evaluate, probed_facts
+    from kimik3_operator.preflight.probe import ProbeState
+
+    site = "vllm/model_executor/models/llama.py:151"
+    refused = {
+        "ok": False,
+        "model": "drafter",
+        "error": "AssertionError: assert self.total_num_kv_heads % tp_size == 0",
+        "site": site,
+    }
+    partial = {
+        "ok": False,
+        "built": ["drafter: Eagle3LlamaForCausalLM"],
+        "notBuilt": {"target": "UnboundLocalError: ... (at vllm/model_executor/layers/x.py:1)"},
+    }
+    for construct, want in (
+        ({"ok": True, "built": ["target: A", "drafter: B"]}, ("Pass", "target: A and drafter: B")),
+        (refused, ("Fail", site)),
+        (partial, ("Pass", "the target not constructed on the probe's CPU node")),
+        ({"ok": False, "built": [], "notBuilt": {"target": "x"}}, None),
+        ({"skipped": "ImportError: no initialize_model"}, None),
+        ({}, None),
+    ):
+        facts = probed_facts(TABLE, {**probe_report(), "construct": construct})
+        found = [f for f in run(facts, engine=image("0.33.0")) if f.id == "construct"]
+        if want is None:
+            assert found == [], construct
+            continue
+        [finding] = found
+        assert finding.status == want[0] and want[1] in finding.message, finding
+    [finding] = [
+        f
+        for f in run(probed_facts(TABLE, {**probe_report(), "construct": refused}))
+        if f.id == "construct"
+    ]
+    assert finding.reason == "ModelConstructionRefused"
+    assert finding.condition == "DrafterPaired" and "spec.drafter" in finding.message
+    gate = evaluate(
+        parse_spec({"engine": {"image": "vllm/vllm-openai:v0.33.0"}}),
+        TABLE,
+        "now",
+        ProbeState("Done", "ProbeDone", "", {**probe_report(), "construct": refused}),
+    )
+    assert not gate.deploy and gate.drafter.reason == "ModelConstructionRefused"
+
+
 @pytest.mark.parametrize(
     ("version", "method", "refused"),
     [("0.30.0", "dspark", True), ("0.31.0", "dspark", False), ("0.30.0", "none", False)],

@@ -1,0 +1,181 @@
+"""The image probe goes on past vLLM's configuration: it constructs the target and the drafter
+from it on PyTorch's meta device, with the real vllm 0.33.0 on a CPU, as the model runner does
+before the first weight. Shapes vLLM's configuration accepts and its model classes refuse are
+refused here with vLLM's own words and the line that raised them; what cannot be constructed
+without a GPU is said, never taken for a refusal. Tiny Llama configs stand in for checkpoints
+(no weights)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from typing import Any
+
+import pytest
+
+from e2e.support.k3_configs import DRAFTER_CONFIG, TARGET_CONFIG
+from kimik3_operator.api.constants import ConditionType, Reason
+from kimik3_operator.api.parse import parse_spec
+from kimik3_operator.preflight.rules import Facts, run_rules
+from kimik3_operator.preflight.table import load_table
+
+from .helpers import ROOT, vllm_python
+
+pytestmark = pytest.mark.vllm
+SCRIPT = ROOT / "operator" / "kimik3_operator" / "programs" / "probe.py"
+
+
+def llama(heads: int, kv_heads: int, **extra: Any) -> dict[str, Any]:
+    return {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": 128,
+        "intermediate_size": 256,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv_heads,
+        "num_hidden_layers": 2,
+        "vocab_size": 1000,
+        "max_position_embeddings": 512,
+        "rms_norm_eps": 1e-5,
+        "torch_dtype": "bfloat16",
+        **extra,
+    }
+
+
+def eagle3(heads: int, kv_heads: int) -> dict[str, Any]:
+    config = llama(heads, kv_heads, num_hidden_layers=1, draft_vocab_size=1000)
+    config["architectures"] = ["LlamaForCausalLMEagle3"]
+    return config
+
+
+def leader(tensor: int, speculative: dict[str, Any]) -> list[str]:
+    return [
+        "local/model",
+        "--tensor-parallel-size",
+        str(tensor),
+        "--speculative-config",
+        json.dumps({"model": "local/drafter", **speculative}),
+    ]
+
+
+EAGLE3 = {"method": "eagle3", "num_speculative_tokens": 3}
+CASES: dict[str, dict[str, Any]] = {
+    # 16 heads and 4 KV heads shard over 2 ranks: both classes construct.
+    "fits": {"argv": leader(2, EAGLE3), "target": llama(16, 4), "drafter": eagle3(4, 2)},
+    # 16 heads shard over 4 ranks, which vLLM's configuration checks; 6 KV heads do not,
+    # which only the Llama class asserts.
+    "kv-heads": {"argv": leader(4, EAGLE3), "target": llama(16, 6), "drafter": eagle3(4, 2)},
+    # The drafter's 4 heads over 3 KV heads: its attention layer refuses it.
+    "drafter-heads": {"argv": leader(1, EAGLE3), "target": llama(16, 4), "drafter": eagle3(4, 3)},
+    # The Kimi-K3 stand-ins with DSpark at TP 8: what the GPU's kernels decide is not judged.
+    "kimi-k3": {
+        "argv": [
+            *leader(8, {"method": "dspark", "num_speculative_tokens": 8}),
+            "--trust-remote-code",
+        ],
+        "target": TARGET_CONFIG,
+        "drafter": DRAFTER_CONFIG,
+    },
+    # The same, the drafter's config.json without target_hidden_size, which the DSpark
+    # class reads in its constructor: the engine would stop there.
+    "kimi-k3-no-field": {
+        "argv": [
+            *leader(8, {"method": "dspark", "num_speculative_tokens": 8}),
+            "--trust-remote-code",
+        ],
+        "target": TARGET_CONFIG,
+        "drafter": {k: v for k, v in DRAFTER_CONFIG.items() if k != "target_hidden_size"},
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def answers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    tmp = tmp_path_factory.mktemp("construction")
+    cases = [
+        {
+            "id": name,
+            "argv": case["argv"],
+            "platform": "nvidia",
+            "targetConfig": case["target"],
+            "drafterConfig": case["drafter"],
+            "construct": True,
+        }
+        for name, case in CASES.items()
+    ]
+    (tmp / "cases.json").write_text(json.dumps(cases))
+    result = subprocess.run(
+        [vllm_python(), str(SCRIPT), "--differential", str(tmp / "cases.json"), str(tmp / "out")],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return {a["id"]: a for a in json.loads((tmp / "out").read_text())}
+
+
+def findings(name: str, answer: dict[str, Any]) -> list[Any]:
+    release = {"engine": {"ok": answer["ok"]}, "construct": answer.get("construct")}
+    facts = Facts(load_table(), probed={}, probed_release=release)
+    spec = parse_spec({"engine": {"version": "0.33.0"}})
+    return [f for f in run_rules(spec, facts) if f.id == "construct"]
+
+
+def test_a_shape_that_shards_constructs_both_models(answers: dict[str, dict[str, Any]]) -> None:
+    built = answers["fits"]["construct"]
+    assert built["ok"] is True, built
+    assert built["built"] == ["target: LlamaForCausalLM", "drafter: Eagle3LlamaForCausalLM"]
+    assert any("rank 0 of each parallel group (tp=2)" in s for s in built["stubbed"])
+    assert any("attention backends" in s for s in built["stubbed"])
+    [finding] = findings("fits", answers["fits"])
+    assert (finding.status, finding.reason) == ("Pass", Reason.MODELS_CONSTRUCTED)
+
+
+def test_kv_heads_vllms_configuration_accepts_are_refused_by_the_class(
+    answers: dict[str, dict[str, Any]],
+) -> None:
+    answer = answers["kv-heads"]
+    assert answer["ok"] is True  # VllmConfig alone passes it
+    built = answer["construct"]
+    assert built["ok"] is False and built["model"] == "target"
+    assert built["site"].startswith("vllm/model_executor/models/llama.py:")
+    assert "total_num_kv_heads % tp_size" in built["error"]
+    [finding] = findings("kv-heads", answer)
+    assert (finding.status, finding.reason) == ("Fail", Reason.MODEL_CONSTRUCTION_REFUSED)
+    assert finding.condition == ConditionType.CAPABILITIES_VERIFIED
+    assert "llama.py" in finding.message and "spec.model" in finding.message
+
+
+def test_a_drafter_its_class_refuses_is_named_on_the_drafter_condition(
+    answers: dict[str, dict[str, Any]],
+) -> None:
+    answer = answers["drafter-heads"]
+    assert answer["ok"] is True
+    built = answer["construct"]
+    assert built["model"] == "drafter", built
+    assert "not divisible by num_kv_heads (3)" in built["error"]
+    assert built["built"] == ["target: LlamaForCausalLM"]
+    [finding] = findings("drafter-heads", answer)
+    assert finding.status == "Fail"
+    assert finding.condition == ConditionType.DRAFTER_PAIRED
+    assert "spec.drafter" in finding.message
+
+
+def test_what_only_a_gpu_decides_is_said_not_refused(answers: dict[str, dict[str, Any]]) -> None:
+    answer = answers["kimi-k3"]
+    assert answer["ok"] is True
+    built = answer["construct"]
+    assert "model" not in built, built  # no refusal: the stand-ins carry every field read
+    assert set(built["notBuilt"]) == {"target", "drafter"}
+    assert all(" (at " in why for why in built["notBuilt"].values())
+    assert findings("kimi-k3", answer) == []
+
+
+def test_a_drafter_missing_a_field_its_class_reads_is_refused(
+    answers: dict[str, dict[str, Any]],
+) -> None:
+    built = answers["kimi-k3-no-field"]["construct"]
+    assert built["model"] == "drafter", built
+    assert "target_hidden_size" in built["error"]
+    assert built["site"].startswith("vllm/models/kimi_k3/")
