@@ -18,7 +18,6 @@ import json
 import os
 import pathlib
 import sys
-import time
 import traceback
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -493,6 +492,7 @@ def _stand_in_groups(config: Any) -> list[str]:
     Constructors only ask the sizes and their rank to shard the layers; nothing is sent."""
     import socket
 
+    from vllm.config import set_current_vllm_config
     from vllm.distributed import init_distributed_environment, initialize_model_parallel
     from vllm.distributed import parallel_state as state
 
@@ -500,14 +500,26 @@ def _stand_in_groups(config: Any) -> list[str]:
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
             port = sock.getsockname()[1]
-        init_distributed_environment(
-            world_size=1,
-            rank=0,
-            local_rank=0,
-            distributed_init_method=f"tcp://127.0.0.1:{port}",
-            backend="gloo",
-        )
-        initialize_model_parallel(1, 1)
+        # With no configuration current: with one, vLLM joins the group's other nodes
+        # (--nnodes, --master-addr, data-parallel peers), which the probe has none of, and
+        # would wait for them.
+        holder: Any = importlib.import_module("vllm.config.vllm")
+        current = getattr(holder, "_current_vllm_config", None)
+        if current is not None:
+            holder._current_vllm_config = None
+        try:
+            init_distributed_environment(
+                world_size=1,
+                rank=0,
+                local_rank=0,
+                distributed_init_method=f"tcp://127.0.0.1:{port}",
+                backend="gloo",
+            )
+        finally:
+            if current is not None:
+                holder._current_vllm_config = current
+        with set_current_vllm_config(config):
+            initialize_model_parallel(1, 1)
     parallel = config.parallel_config
     sizes = {
         "_TP": parallel.tensor_parallel_size,
@@ -586,8 +598,7 @@ def check_construction(config: Any) -> dict[str, Any]:
         from vllm.config import set_current_vllm_config
         from vllm.model_executor.model_loader.utils import initialize_model
 
-        with set_current_vllm_config(config):
-            stubbed = _stand_in_groups(config)
+        stubbed = _stand_in_groups(config)
         attention = _stand_in_attention()
         if attention:
             stubbed.append(attention)
@@ -600,8 +611,12 @@ def check_construction(config: Any) -> dict[str, Any]:
         models.append(("drafter", draft))
     built: list[str] = []
     not_built: dict[str, str] = {}
-    started = time.monotonic()
+    compilation: Any = getattr(config, "compilation_config", None)
     for role, model_config in models:
+        # Each model registers its layers by name; the runner names the drafter's apart
+        # from the target's, so each is constructed with a registry of its own.
+        if isinstance(getattr(compilation, "static_forward_context", None), dict):
+            compilation.static_forward_context = {}
         try:
             with (
                 set_current_vllm_config(config),
@@ -624,13 +639,7 @@ def check_construction(config: Any) -> dict[str, Any]:
                 "stubbed": stubbed,
             }
         built.append(f"{role}: {type(model).__name__}")
-    return {
-        "ok": not not_built,
-        "built": built,
-        "notBuilt": not_built,
-        "stubbed": stubbed,
-        "seconds": round(time.monotonic() - started, 2),
-    }
+    return {"ok": not not_built, "built": built, "notBuilt": not_built, "stubbed": stubbed}
 
 
 def _engine_config(

@@ -62,6 +62,13 @@ EAGLE3 = {"method": "eagle3", "num_speculative_tokens": 3}
 CASES: dict[str, dict[str, Any]] = {
     # 16 heads and 4 KV heads shard over 2 ranks: both classes construct.
     "fits": {"argv": leader(2, EAGLE3), "target": llama(16, 4), "drafter": eagle3(4, 2)},
+    # The target as its own draft model: two models with the same layer names, which the
+    # runner keeps apart.
+    "draft-model": {
+        "argv": leader(1, {"method": "draft_model", "num_speculative_tokens": 3}),
+        "target": llama(16, 4),
+        "drafter": llama(16, 4),
+    },
     # 16 heads shard over 4 ranks, which vLLM's configuration checks; 6 KV heads do not,
     # which only the Llama class asserts.
     "kv-heads": {"argv": leader(4, EAGLE3), "target": llama(16, 6), "drafter": eagle3(4, 2)},
@@ -72,6 +79,21 @@ CASES: dict[str, dict[str, Any]] = {
         "argv": [
             *leader(8, {"method": "dspark", "num_speculative_tokens": 8}),
             "--trust-remote-code",
+        ],
+        "target": TARGET_CONFIG,
+        "drafter": DRAFTER_CONFIG,
+    },
+    # Over two nodes, as the leader's line says it: the probe joins no peer.
+    "kimi-k3-two-nodes": {
+        "argv": [
+            *leader(16, {"method": "dspark", "num_speculative_tokens": 8}),
+            "--trust-remote-code",
+            "--nnodes",
+            "2",
+            "--node-rank",
+            "0",
+            "--master-addr",
+            "leader.invalid",
         ],
         "target": TARGET_CONFIG,
         "drafter": DRAFTER_CONFIG,
@@ -132,6 +154,14 @@ def test_a_shape_that_shards_constructs_both_models(answers: dict[str, dict[str,
     assert (finding.status, finding.reason) == ("Pass", Reason.MODELS_CONSTRUCTED)
 
 
+def test_a_draft_model_with_the_targets_layer_names_constructs(
+    answers: dict[str, dict[str, Any]],
+) -> None:
+    built = answers["draft-model"]["construct"]
+    assert built["ok"] is True, built
+    assert built["built"] == ["target: LlamaForCausalLM", "drafter: LlamaForCausalLM"]
+
+
 def test_kv_heads_vllms_configuration_accepts_are_refused_by_the_class(
     answers: dict[str, dict[str, Any]],
 ) -> None:
@@ -162,14 +192,19 @@ def test_a_drafter_its_class_refuses_is_named_on_the_drafter_condition(
     assert "spec.drafter" in finding.message
 
 
-def test_what_only_a_gpu_decides_is_said_not_refused(answers: dict[str, dict[str, Any]]) -> None:
-    answer = answers["kimi-k3"]
+@pytest.mark.parametrize("name", ["kimi-k3", "kimi-k3-two-nodes"])
+def test_what_only_a_gpu_decides_is_said_not_refused(
+    answers: dict[str, dict[str, Any]], name: str
+) -> None:
+    answer = answers[name]
     assert answer["ok"] is True
     built = answer["construct"]
     assert "model" not in built, built  # no refusal: the stand-ins carry every field read
     assert set(built["notBuilt"]) == {"target", "drafter"}
     assert all(" (at " in why for why in built["notBuilt"].values())
-    assert findings("kimi-k3", answer) == []
+    assert findings(name, answer) == []
+    size = 16 if name == "kimi-k3-two-nodes" else 8
+    assert f"rank 0 of each parallel group (tp={size}), no peers" in built["stubbed"]
 
 
 def test_a_drafter_missing_a_field_its_class_reads_is_refused(
