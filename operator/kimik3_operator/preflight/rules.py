@@ -798,6 +798,21 @@ def check_drafter_method(ctx: Context, drafter: ResolvedDrafter) -> Iterable[Fin
             DRAFTER,
         )
         return
+    if identity is None and method in CHECKPOINT_METHODS and ctx.known():
+        # Which class vLLM loads, and whether the method takes it, is in the drafter's
+        # config.json, which nothing here has read: no Pass on facts not held.
+        yield Finding(
+            "drafter-method",
+            "Unknown",
+            Reason.DRAFTER_NEEDS_PROBE,
+            (
+                f"spec.drafter.method={method} loads {who}, whose config.json (its class, "
+                "sizes and vocabulary) only the image probe reads (spec.preflight.probe: "
+                "true), or `kimik3 preflight --drafter-config DIR` offline"
+            ),
+            DRAFTER,
+        )
+        return
     if release is None or identity is None:
         return
     architecture, model_type, source = identity

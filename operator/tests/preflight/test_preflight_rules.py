@@ -231,6 +231,31 @@ def test_drafter_not_found_for_an_unknown_target() -> None:
     assert "set drafter.repo" in failed["DrafterNotFound"].message
 
 
+@pytest.mark.parametrize("method", ["eagle3", "dflash", "dspark"])
+def test_a_drafter_whose_config_nothing_has_read_is_not_passed(method: str) -> None:
+    """A drafter repository or volume the operator knows nothing of: which class vLLM
+    loads, and whether the method takes it, is only in its config.json. The static stage
+    says the probe must read it; with the config read, the verdict is the rules'."""
+    for drafter in (
+        {"method": method, "repo": "someone/custom-drafter", "numSpeculativeTokens": 3},
+        {"method": method, "source": {"pvc": {"claimName": "d"}}, "numSpeculativeTokens": 3},
+    ):
+        found = {
+            f.reason: f
+            for f in run(engine=image("0.33.0"), drafter=drafter)
+            if f.id == "drafter-method"
+        }
+        assert set(found) == {"DrafterNeedsProbe"}, drafter
+        assert found["DrafterNeedsProbe"].status == "Unknown"
+        assert "spec.preflight.probe" in found["DrafterNeedsProbe"].message
+        assert verdict(run(engine=image("0.33.0"), drafter=drafter)) == "NeedsProbe"
+    read = Facts(TABLE, drafter=drafter_facts(DSPARK_DRAFTER, "the drafter's config.json"))
+    custom = {"method": "dspark", "repo": "someone/custom-drafter", "numSpeculativeTokens": 8}
+    assert verdict(run(read, engine=image("0.33.0"), drafter=custom)) == "Pass"
+    # The drafters whose config the operator knows are judged without the probe.
+    assert verdict(run(engine=image("0.33.0"))) == "Pass"
+
+
 def test_drafter_config_checks() -> None:
     good = Facts(TABLE, drafter=drafter_facts(DSPARK_DRAFTER, "drafter"))
     assert verdict(run(good)) == "Pass"
