@@ -801,14 +801,21 @@ def check_drafter_method(ctx: Context, drafter: ResolvedDrafter) -> Iterable[Fin
     if identity is None and method in CHECKPOINT_METHODS and ctx.known():
         # Which class vLLM loads, and whether the method takes it, is in the drafter's
         # config.json, which nothing here has read: no Pass on facts not held.
+        reader = (
+            "the image probe ran but could not read it (its report's errors, in "
+            "status.capabilities.probe, say why); check drafter.repo, drafter.revision and "
+            "hfTokenSecretRef, or drafter.source"
+            if ctx.facts.probed is not None
+            else "only the image probe reads it (spec.preflight.probe: true), or `kimik3 "
+            "preflight --drafter-config DIR` offline"
+        )
         yield Finding(
             "drafter-method",
             "Unknown",
             Reason.DRAFTER_NEEDS_PROBE,
             (
-                f"spec.drafter.method={method} loads {who}, whose config.json (its class, "
-                "sizes and vocabulary) only the image probe reads (spec.preflight.probe: "
-                "true), or `kimik3 preflight --drafter-config DIR` offline"
+                f"spec.drafter.method={method} loads {who}, whose config.json says its class, "
+                f"sizes and vocabulary: {reader}"
             ),
             DRAFTER,
         )

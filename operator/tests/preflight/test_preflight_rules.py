@@ -249,6 +249,12 @@ def test_a_drafter_whose_config_nothing_has_read_is_not_passed(method: str) -> N
         assert found["DrafterNeedsProbe"].status == "Unknown"
         assert "spec.preflight.probe" in found["DrafterNeedsProbe"].message
         assert verdict(run(engine=image("0.33.0"), drafter=drafter)) == "NeedsProbe"
+    from conftest import probe_report
+    from kimik3_operator.preflight.gate import probed_facts
+
+    unread = probed_facts(TABLE, {**probe_report(), "drafterConfig": None, "speculative": {}})
+    [finding] = [f for f in run(unread, drafter=drafter) if f.id == "drafter-method"]
+    assert finding.status == "Unknown" and "could not read it" in finding.message
     read = Facts(TABLE, drafter=drafter_facts(DSPARK_DRAFTER, "the drafter's config.json"))
     custom = {"method": "dspark", "repo": "someone/custom-drafter", "numSpeculativeTokens": 8}
     assert verdict(run(read, engine=image("0.33.0"), drafter=custom)) == "Pass"
