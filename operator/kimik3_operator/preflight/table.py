@@ -39,16 +39,54 @@ class ResolvedVersion:
     source: str  # "engine.version", "image tag", or why it is unknown
 
 
+# What may follow X.Y.Z in a tag or a version (PEP 440's forms, as vLLM's wheels and images
+# spell them): a pre-release (a, b, rc, dev: code before the release), a post release (code
+# after it), then a build variant or local label (-cu130, +cu130: the release's own code).
+_SUFFIX = re.compile(
+    r"^(?:[.-]?(?P<pre>a|alpha|b|beta|rc|c|dev)[.-]?\d*|[.-]?(?P<post>post)[.-]?\d*)*"
+    r"(?:[-+_].*)?$"
+)
+_KIND = {
+    "a": "an alpha",
+    "alpha": "an alpha",
+    "b": "a beta",
+    "beta": "a beta",
+    "dev": "a dev build",
+}
+
+
+def release_of(text: str) -> tuple[Version | None, str | None]:
+    """The release ``text`` (a tag or a version) is, and why it is not one the table can
+    stand for: a pre-release of X.Y.Z is older code than X.Y.Z, a post release newer. A build
+    variant or local label (``-cu130``, ``+cu130``) is the release itself."""
+    match = _VERSION.match(text.strip())
+    if match is None:
+        return None, f"{text!r} is not a vLLM version"
+    version: Version = (int(match.group(1)), int(match.group(2)), int(match.group(3)))
+    rest = text.strip()[match.end() :]
+    suffix = _SUFFIX.match(rest)
+    shown = format_version(version)
+    if suffix is None:
+        return None, f"{text!r} is not a vLLM version"
+    if suffix.group("pre"):
+        kind = _KIND.get(suffix.group("pre"), "a release candidate")
+        return None, f"{text!r} is {kind} of {shown}, older code than the {shown} release"
+    if suffix.group("post"):
+        return None, f"{text!r} is a post release of {shown}, newer code than the {shown} release"
+    return version, None
+
+
 def resolve_version(engine_version: str, image: str) -> ResolvedVersion:
     if engine_version:
-        return ResolvedVersion(parse_version(engine_version), "engine.version")
+        version, why = release_of(engine_version)
+        return ResolvedVersion(version, f"engine.version: {why}" if why else "engine.version")
     tag = image_tag(image)
     if tag is None:
         return ResolvedVersion(None, f"image {image!r} has no tag (a digest or none)")
-    parsed = parse_version(tag)
-    if parsed is None:
-        return ResolvedVersion(None, f"image tag {tag!r} is not a vLLM version")
-    return ResolvedVersion(parsed, "image tag")
+    version, why = release_of(tag)
+    if version is None:
+        return ResolvedVersion(None, f"image tag {why}")
+    return ResolvedVersion(version, "image tag")
 
 
 @dataclass(frozen=True)

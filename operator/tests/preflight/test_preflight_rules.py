@@ -64,6 +64,33 @@ def test_version_from_tag_or_field() -> None:
 
 
 @pytest.mark.parametrize(
+    ("tag", "kind"),
+    [
+        ("v0.33.0rc1", "a release candidate of 0.33.0"),
+        ("v0.33.0-rc.2", "a release candidate of 0.33.0"),
+        ("v0.34.0.dev12+g1a2b3c", "a dev build of 0.34.0"),
+        ("v0.33.0a1", "an alpha of 0.33.0"),
+        ("v0.33.0.post1", "a post release of 0.33.0"),
+    ],
+)
+def test_a_pre_or_post_release_is_not_the_release_the_table_holds(tag: str, kind: str) -> None:
+    """A release candidate or a dev build of 0.33.0 is code from before 0.33.0, a post
+    release code from after it: the table's 0.33.0 speaks for neither, so the probe asks."""
+    resolved = resolve_version("", f"vllm/vllm-openai:{tag}")
+    assert resolved.version is None and kind in resolved.source
+    [finding] = [
+        f for f in run(engine={"image": f"vllm/vllm-openai:{tag}"}) if f.id == "vllm-version"
+    ]
+    assert (finding.status, finding.reason) == ("Unknown", "VersionUnknown")
+    assert kind in finding.message and "probe" in finding.message
+    field = resolve_version(tag.lstrip("v"), "vllm/vllm-openai:latest")
+    assert field.version is None and field.source.startswith("engine.version: ")
+    # A build variant or a local label is the release's own code.
+    for same in ("v0.33.0-cu130", "v0.33.0+cu130", "0.33.0_x86"):
+        assert resolve_version("", f"vllm/vllm-openai:{same}").version == (0, 33, 0), same
+
+
+@pytest.mark.parametrize(
     "img", ["vllm/vllm-openai:latest", "vllm/vllm-openai@sha256:0f", "vllm/vllm-openai:nightly"]
 )
 def test_untellable_version_needs_the_probe(img: str) -> None:
