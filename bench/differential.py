@@ -52,6 +52,7 @@ from kimik3_operator.preflight.facts import (  # noqa: E402
     KIMI_K3_EXPERTS,
     KIMI_K3_HEADS,
     KIMI_K3_VOCAB,
+    drafter_facts,
 )
 from kimik3_operator.preflight.rules import Facts, run_rules  # noqa: E402
 from kimik3_operator.preflight.table import format_version, load_table  # noqa: E402
@@ -106,6 +107,19 @@ DSPARK_CONFIG: dict[str, Any] = {
     "num_target_layers": 5,
 }
 
+# The drafter's config.json as published, and as some checkpoints have it: what vLLM's
+# K3DSparkConfig refuses when it reads the file. A variant is judged by the static rules with
+# the file read (as the probe reads it, or `kimik3 preflight --drafter-config`); the
+# published file as the static stage alone knows the paired repository.
+DRAFTER_VARIANTS: dict[str, dict[str, Any]] = {
+    "published": {},
+    "mla_use_nope": {"mla_use_nope": True},
+    "mla_use_output_gate": {"mla_use_output_gate": True},
+    "q_lora_rank_null": {"q_lora_rank": None},
+    "draft_vocab": {"draft_vocab_size": 32000},
+    "target_layers": {"num_target_layers": 4},
+}
+
 # The CRD's space, one axis a line. Methods with a drafter checkpoint use the paired DSpark
 # repository, whose config the static stage knows (others are the probe's to judge).
 AXES: dict[str, Sequence[Any]] = {
@@ -123,6 +137,7 @@ AXES: dict[str, Sequence[Any]] = {
     "kv_cache_dtype": ("fp8", "auto"),
     "samples": (("probabilistic", "block"), ("greedy", "standard")),
     "max_model_len": (32768, 2_000_000),
+    "drafter_config": tuple(DRAFTER_VARIANTS),
 }
 
 
@@ -162,7 +177,17 @@ def space() -> Iterator[dict[str, Any]]:
 def kind_of(point: Mapping[str, Any]) -> str:
     pipeline = point["parallel"][1]
     parallel = "pp" if pipeline > 1 else "dcp" if point["decode_context"] > 1 else "tp"
-    return f"{point['method']}/{parallel}"
+    variant = point.get("drafter_config", "published")
+    read = f"/{variant}" if variant != "published" and uses_drafter_config(point) else ""
+    return f"{point['method']}/{parallel}{read}"
+
+
+def uses_drafter_config(point: Mapping[str, Any]) -> bool:
+    return point["method"] in ("dspark", "eagle3", "dflash")
+
+
+def drafter_config(point: Mapping[str, Any]) -> dict[str, Any]:
+    return {**DSPARK_CONFIG, **DRAFTER_VARIANTS[point.get("drafter_config", "published")]}
 
 
 @dataclass(frozen=True)
@@ -171,16 +196,22 @@ class Static:
     reasons: tuple[str, ...]
 
 
-def static_verdict(spec: Mapping[str, Any], version: str) -> Static | None:
-    """The static stage's verdict on the spec for ``version``; None: the spec is unreadable
-    (the CRD or the operator refuses it before any preflight)."""
+def static_verdict(
+    spec: Mapping[str, Any], version: str, drafter: Mapping[str, Any] | None = None
+) -> Static | None:
+    """The static stage's verdict on the spec for ``version``, with the drafter's config.json
+    read when ``drafter`` is given; None: the spec is unreadable (the CRD or the operator
+    refuses it before any preflight)."""
     data = json.loads(json.dumps(spec))
     data["engine"]["image"] = f"vllm/vllm-openai:v{version}"
     try:
         parsed = parse_spec(data)
     except SpecError:
         return None
-    findings = run_rules(parsed, Facts(load_table()))
+    facts = Facts(load_table())
+    if drafter is not None:
+        facts = Facts(load_table(), drafter=drafter_facts(drafter, "the drafter's config.json"))
+    findings = run_rules(parsed, facts)
     failed = tuple(sorted({str(f.reason) for f in findings if f.status == "Fail"}))
     if failed:
         return Static("Fail", failed)
@@ -188,7 +219,14 @@ def static_verdict(spec: Mapping[str, Any], version: str) -> Static | None:
     return Static("NeedsProbe", unknown) if unknown else Static("Pass", ())
 
 
-def case_of(case_id: str, spec: Mapping[str, Any], version: str) -> dict[str, Any]:
+def case_of(
+    case_id: str,
+    spec: Mapping[str, Any],
+    version: str,
+    config: Mapping[str, Any] = DSPARK_CONFIG,
+) -> dict[str, Any]:
+    """What vLLM is asked for a spec: the leader's line, the target's config.json and, for a
+    drafter checkpoint, ``config`` as its config.json."""
     data = json.loads(json.dumps(spec))
     data["engine"]["image"] = f"vllm/vllm-openai:v{version}"
     parsed = parse_spec(data)
@@ -198,7 +236,7 @@ def case_of(case_id: str, spec: Mapping[str, Any], version: str) -> dict[str, An
         "argv": expanded_serve_args(parsed, drafter, "leader"),
         "platform": parsed.engine.platform,
         "targetConfig": target_config(parsed.model.architecture),
-        "drafterConfig": DSPARK_CONFIG if drafter is not None and drafter.repo else None,
+        "drafterConfig": dict(config) if drafter is not None and drafter.repo else None,
     }
 
 
@@ -278,14 +316,18 @@ def compare(
     unreadable = 0
     for number, point in enumerate(points):
         spec = spec_of(point)
-        static = static_verdict(spec, version)
+        read = point.get("drafter_config", "published") != "published" and uses_drafter_config(
+            point
+        )
+        config = drafter_config(point)
+        static = static_verdict(spec, version, config if read else None)
         if static is None:
             unreadable += 1
             continue
         case_id = str(number)
         statics[case_id], kinds[case_id] = static, kind_of(point)
         described[case_id] = " ".join(f"{k}={v}" for k, v in point.items())
-        cases.append(case_of(case_id, spec, version))
+        cases.append(case_of(case_id, spec, version, config))
     answers = ask_vllm(python, cases, env)
     outcomes = [
         Outcome(

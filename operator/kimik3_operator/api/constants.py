@@ -265,6 +265,7 @@ class Reason(StrEnum):
     DRAFTER_NOT_IMPLEMENTED_ON_PLATFORM = "DrafterNotImplementedOnPlatform"
     DRAFTER_TARGET_LAYERS_INVALID = "DrafterTargetLayersInvalid"
     DRAFTER_VOCABULARY_MISMATCH = "DrafterVocabularyMismatch"
+    DRAFTER_CONFIG_REFUSED = "DrafterConfigRefused"
     EAGLE3_DECLARED_NOT_IMPLEMENTED = "Eagle3DeclaredNotImplemented"
     EXPERTS_DIVISIBLE = "ExpertsDivisible"
     EXPERTS_NOT_DIVISIBLE = "ExpertsNotDivisible"

@@ -38,6 +38,9 @@ class DrafterFacts:
     source: str
     model_type: str | None = None
     experts: int | None = None
+    # Fields set true, and fields given as null: what a drafter's config class may refuse.
+    set_flags: tuple[str, ...] = ()
+    null_fields: tuple[str, ...] = ()
 
 
 def _int(value: Any) -> int | None:
@@ -82,4 +85,6 @@ def drafter_facts(
         source=source,
         model_type=str(config["model_type"]) if config.get("model_type") else None,
         experts=_int(config.get("num_experts")) or _int(config.get("num_local_experts")),
+        set_flags=tuple(sorted(str(k) for k, v in config.items() if v is True)),
+        null_fields=tuple(sorted(str(k) for k, v in config.items() if v is None)),
     )

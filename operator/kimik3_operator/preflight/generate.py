@@ -228,6 +228,31 @@ def kv_transfer_facts(wheel: Wheel) -> dict[str, Any]:
     }
 
 
+def dspark_config_refusals(source: str) -> list[str]:
+    """What vLLM's K3DSparkConfig refuses in a drafter's config.json ("MLA DSpark does not
+    support ..."): the flags it refuses when set, and ``field=None`` for a field it refuses
+    when null, in the order it names them."""
+    cls = _find_class(ast.parse(source), "K3DSparkConfig") if source else None
+    if cls is None:
+        return []
+    found: list[str] = []
+    for node in ast.walk(cls):
+        # for name in ("mla_use_nope", ...) if getattr(self, name, False)
+        if isinstance(node, ast.comprehension) and isinstance(node.iter, ast.Tuple):
+            found += [str(e.value) for e in node.iter.elts if isinstance(e, ast.Constant)]
+        # unsupported.append("q_lora_rank=None")
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "append"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and str(node.args[0].value).endswith("=None")
+        ):
+            found.append(str(node.args[0].value))
+    return [str(name) for name in dict.fromkeys(found)]
+
+
 def release_capabilities(wheel: Wheel) -> dict[str, Any]:
     registry = wheel.read("vllm/model_executor/models/registry.py") or ""
     entries = registry_entries(registry)
@@ -298,6 +323,9 @@ def release_capabilities(wheel: Wheel) -> dict[str, Any]:
     }
     release["drafterAcceptance"] = acceptance_by_platform(release)
     release["kvTransfer"] = kv_transfer_facts(wheel)
+    release["dsparkConfigRefuses"] = dspark_config_refusals(
+        wheel.read("vllm/transformers_utils/configs/k3_dspark.py") or ""
+    )
     return release
 
 

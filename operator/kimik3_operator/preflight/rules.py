@@ -1056,6 +1056,8 @@ def _drafter_config(ctx: Context, tokens: int | None) -> Iterable[Finding]:
                 DRAFTER,
             )
             break
+    if method == "dspark" and facts.model_type == "k3_dspark":
+        yield from _dspark_config_refused(ctx, facts)
     if method == "dspark":
         ids = facts.target_layer_ids
         problem = ""
@@ -1078,6 +1080,31 @@ def _drafter_config(ctx: Context, tokens: int | None) -> Iterable[Finding]:
                 "drafter built for this target",
                 DRAFTER,
             )
+
+
+def _dspark_config_refused(ctx: Context, facts: DrafterFacts) -> Iterable[Finding]:
+    """vLLM's K3DSparkConfig refuses some MLA options when a DSpark drafter's config.json
+    sets them, and a null q_lora_rank; which, per release, the generator reads from it."""
+    refuses = (ctx.release() or {}).get("dsparkConfigRefuses") or []
+    found = [
+        name
+        for name in refuses
+        if (name.endswith("=None") and name[: -len("=None")] in facts.null_fields)
+        or name in facts.set_flags
+    ]
+    if not found:
+        return
+    yield Finding(
+        "drafter-config",
+        "Fail",
+        Reason.DRAFTER_CONFIG_REFUSED,
+        (
+            f"the drafter ({facts.source}) sets {', '.join(found)}: {_release_name(ctx)} "
+            f'refuses it when it reads the config ("MLA DSpark does not support '
+            f'{", ".join(found)}."); set drafter.repo to a DSpark drafter without them'
+        ),
+        DRAFTER,
+    )
 
 
 RULES: tuple[Rule, ...] = (

@@ -61,6 +61,12 @@ DRAFTER_CONFIG_KEYS = (
     "num_local_experts",
     "target_layer_ids",
     "num_target_layers",
+    # What vLLM's K3DSparkConfig refuses (the capability table's dsparkConfigRefuses).
+    "mla_use_nope",
+    "mla_use_output_gate",
+    "mla_use_qk_norm",
+    "dspark_bonus_anchor",
+    "q_lora_rank",
 )
 TERMINATION_LOG = "/dev/termination-log"
 TERMINATION_LIMIT = 4096

@@ -160,3 +160,19 @@ def test_the_table_says_per_platform_which_method_loads_the_k3_drafters(release:
             "becomes": "KimiK3MTPModel",
             "loadable": True,
         }
+
+
+def test_what_the_dspark_config_class_refuses_is_read_from_its_source() -> None:
+    from kimik3_operator.preflight.generate import dspark_config_refusals
+
+    source = (
+        "class K3DSparkConfig(Base):\n"
+        "    def __init__(self, **kw):\n"
+        "        unsupported = [n for n in ('mla_use_nope', 'new_flag') if getattr(self, n)]\n"
+        "        if self.q_lora_rank is None:\n"
+        "            unsupported.append('q_lora_rank=None')\n"
+        "        other.append('not a refusal')\n"
+    )
+    assert dspark_config_refusals(source) == ["mla_use_nope", "new_flag", "q_lora_rank=None"]
+    assert dspark_config_refusals("") == []
+    assert dspark_config_refusals("class Other: pass\n") == []

@@ -311,6 +311,34 @@ def test_drafter_config_checks() -> None:
     assert "n_predict=4" in tokens["SpeculativeTokensNotDivisible"].message
 
 
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        ({"mla_use_nope": True}, "mla_use_nope"),
+        (
+            {"mla_use_qk_norm": True, "dspark_bonus_anchor": True},
+            "mla_use_qk_norm, dspark_bonus_anchor",
+        ),
+        ({"q_lora_rank": None}, "q_lora_rank=None"),
+    ],
+)
+def test_a_dspark_config_vllms_config_class_refuses(change: dict[str, Any], named: str) -> None:
+    """vLLM's K3DSparkConfig refuses these when it reads the drafter's config.json (the
+    list read from each wheel); false flags and a set q_lora_rank are accepted."""
+    facts = Facts(
+        TABLE, drafter=drafter_facts({**DSPARK_DRAFTER, **change}, "the drafter's config")
+    )
+    found = fails(run(facts, engine=image("0.33.0")))
+    assert set(found) == {"DrafterConfigRefused"}
+    message = found["DrafterConfigRefused"].message
+    assert f"sets {named}" in message and "vLLM 0.33.0" in message
+    assert found["DrafterConfigRefused"].condition == "DrafterPaired"
+    fine = {**DSPARK_DRAFTER, "mla_use_nope": False, "q_lora_rank": 1536}
+    facts = Facts(TABLE, drafter=drafter_facts(fine, "the drafter's config"))
+    assert verdict(run(facts, engine=image("0.33.0"))) == "Pass"
+    assert TABLE.release((0, 33, 0))["dsparkConfigRefuses"][-1] == "q_lora_rank=None"
+
+
 def test_mtp_drafter_architecture() -> None:
     facts = Facts(TABLE, drafter=drafter_facts({"architectures": ["K3DSparkModel"]}))
     # vLLM's mtp needs an MTP model type; this DSpark drafter has none.
