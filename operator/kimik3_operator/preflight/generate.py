@@ -56,6 +56,8 @@ RELEASES: Final = (
     "0.34.0",
 )
 TABLE_PATH: Final = pathlib.Path(__file__).resolve().parents[1] / "data" / "capabilities.json"
+# Where the wheels are kept once downloaded (the vllm tier reads them from there too).
+WHEELS: Final = pathlib.Path.home() / ".cache" / "kimik3-operator" / "wheels"
 
 
 class Wheel:
@@ -362,16 +364,17 @@ def generate(versions: Iterable[str], directory: pathlib.Path) -> dict[str, Any]
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument(
-        "--wheels",
-        type=pathlib.Path,
-        default=pathlib.Path.home() / ".cache" / "kimik3-operator" / "wheels",
-    )
-    parser.add_argument("--output", type=pathlib.Path, default=TABLE_PATH)
+def wheels_parser(doc: str | None, output: pathlib.Path) -> argparse.ArgumentParser:
+    """The command line of a generator that reads the release wheels into ``output``."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0] if doc else None)
+    parser.add_argument("--wheels", type=pathlib.Path, default=WHEELS)
+    parser.add_argument("--output", type=pathlib.Path, default=output)
     parser.add_argument("versions", nargs="*", default=list(RELEASES))
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = wheels_parser(__doc__, TABLE_PATH).parse_args(argv)
     table = generate(args.versions, args.wheels)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")

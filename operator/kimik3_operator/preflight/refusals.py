@@ -21,7 +21,6 @@ new site is mapped before the release is added to the capability table.
 
 from __future__ import annotations
 
-import argparse
 import ast
 import hashlib
 import json
@@ -34,7 +33,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from kimik3_operator.api.constants import Reason
-from kimik3_operator.preflight.generate import RELEASES, Wheel, download
+from kimik3_operator.preflight.generate import Wheel, download, wheels_parser
 
 TABLE_PATH: Final = pathlib.Path(__file__).resolve().parents[1] / "data" / "refusals.json"
 STAGES: Final = ("rule", "probe", "device", "after-weights", "unmapped")
@@ -102,54 +101,71 @@ RULE_SITES: Final[tuple[tuple[str, Reason], ...]] = (
 )
 
 
-def map_site(phase: str, function: str, text: str) -> Mapping:
-    """Where the preflight meets a refusal at ``function`` (its qualified name) in a module
-    of ``phase`` (SCOPE's keys), saying ``text``."""
-    for fragment, reason in RULE_SITES:
-        if fragment in text:
-            return Mapping("rule", reason.value, "the static rule refuses the same")
-    runtime = bool(RUNTIME_FUNCTIONS.search(function))
-    if phase == "parse":
-        return Mapping("probe", "parse", "the probe parses the leader's and workers' lines")
-    if phase == "engine":
-        return Mapping(
-            "probe",
-            "engine",
-            "the probe builds EngineArgs and VllmConfig, which ask the registry",
-        )
-    if phase == "platform":
-        if function.startswith("Cpu"):
-            return Mapping("probe", "engine", "a CPU image's own platform answers the probe")
-        return Mapping(
+# Where each phase's sites are met: (the phase's, a runtime function's where it differs).
+PLACES: Final[dict[str, tuple[Mapping, Mapping | None]]] = {
+    "parse": (
+        Mapping("probe", "parse", "the probe parses the leader's and workers' lines"),
+        None,
+    ),
+    "engine": (
+        Mapping(
+            "probe", "engine", "the probe builds EngineArgs and VllmConfig, which ask the registry"
+        ),
+        None,
+    ),
+    "platform": (
+        Mapping(
             "probe",
             "platform",
             "platform resolution and the base platform's checks run in the probe's image",
-        )
-    if phase == "gpu-platform":
-        return Mapping(
+        ),
+        None,
+    ),
+    "gpu-platform": (
+        Mapping(
             "device",
             "platform",
             "the GPU platform's hooks ask the device, which the probe's CPU node lacks",
-        )
-    if phase == "proposer":
-        if runtime:
-            return Mapping("after-weights", "proposer", "drafting runs on requests")
-        return Mapping(
+        ),
+        None,
+    ),
+    "proposer": (
+        Mapping(
             "device",
             "proposer",
             "the model runner builds its proposer on the GPU worker, with its buffers",
-        )
-    if phase == "kernel":
-        return Mapping(
+        ),
+        Mapping("after-weights", "proposer", "drafting runs on requests"),
+    ),
+    "kernel": (
+        Mapping(
             "after-weights",
             "kernel",
             "kernels, caches and decode runtimes run on the device with the weights loaded",
-        )
-    if phase == "model":
-        if runtime:
-            return Mapping("after-weights", "model", "runs with the weights loaded")
-        return Mapping("probe", "construct", "the probe constructs the models on the meta device")
-    return Mapping("unmapped", "", "no rule of refusals.FILES places this file")
+        ),
+        None,
+    ),
+    "model": (
+        Mapping("probe", "construct", "the probe constructs the models on the meta device"),
+        Mapping("after-weights", "model", "runs with the weights loaded"),
+    ),
+}
+CPU_PLATFORM: Final = Mapping("probe", "engine", "a CPU image's own platform answers the probe")
+UNMAPPED: Final = Mapping("unmapped", "", "no rule of refusals.FILES places this file")
+
+
+def map_site(phase: str, function: str, text: str) -> Mapping:
+    """Where the preflight meets a refusal at ``function`` (its qualified name) in a file of
+    ``phase`` (FILES' phases), saying ``text``."""
+    for fragment, reason in RULE_SITES:
+        if fragment in text:
+            return Mapping("rule", reason.value, "the static rule refuses the same")
+    if phase == "platform" and function.startswith("Cpu"):
+        return CPU_PLATFORM
+    if phase not in PLACES:
+        return UNMAPPED
+    place, runtime = PLACES[phase]
+    return runtime if runtime is not None and RUNTIME_FUNCTIONS.search(function) else place
 
 
 @dataclass(frozen=True)
@@ -263,15 +279,7 @@ def summary(table: dict[str, object]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument(
-        "--wheels",
-        type=pathlib.Path,
-        default=pathlib.Path.home() / ".cache" / "kimik3-operator" / "wheels",
-    )
-    parser.add_argument("--output", type=pathlib.Path, default=TABLE_PATH)
-    parser.add_argument("versions", nargs="*", default=list(RELEASES))
-    args = parser.parse_args(argv)
+    args = wheels_parser(__doc__, TABLE_PATH).parse_args(argv)
     args.wheels.mkdir(parents=True, exist_ok=True)
     releases = {v: release_sites(Wheel(download(v, args.wheels))) for v in args.versions}
     table = inventory(releases)

@@ -273,6 +273,12 @@ def device_stub(platform: str) -> str:
 _STUB: list[str] = []  # what device_stub answered: a process stubs once
 
 
+def _on_stand_in() -> bool:
+    """Whether device_stub made the platform answer as a device it is not (a GPU image on
+    the probe's CPU node)."""
+    return bool(_STUB) and "answering as" in _STUB[0]
+
+
 def _short(error: BaseException) -> str:
     text = " ".join(f"{type(error).__name__}: {error}".split())
     # vLLM appends every architecture it knows; what comes before is the answer.
@@ -446,15 +452,18 @@ REFUSAL_TYPES = (ValueError, AssertionError, NotImplementedError)
 STAND_IN_MODULES = ("vllm/platforms/", "vllm/v1/attention/", "vllm/distributed/parallel_state.py")
 
 
+def vllm_path(filename: str) -> str | None:
+    """``vllm/...`` for a file in vLLM's package, wherever it is installed; else None."""
+    path = filename.replace(os.sep, "/")
+    return "vllm/" + path.rsplit("/vllm/", 1)[1] if "/vllm/" in path else None
+
+
 def _innermost(error: BaseException) -> str:
     """``file:line`` where ``error`` was raised, under vLLM's package when it was there."""
     frames = traceback.extract_tb(error.__traceback__)
     if not frames:
         return "unknown"
-    path = frames[-1].filename.replace(os.sep, "/")
-    return (
-        f"{'vllm/' + path.rsplit('/vllm/', 1)[1] if '/vllm/' in path else path}:{frames[-1].lineno}"
-    )
+    return f"{vllm_path(frames[-1].filename) or frames[-1].filename}:{frames[-1].lineno}"
 
 
 def _missing_config_field(error: BaseException) -> bool:
@@ -470,14 +479,14 @@ def refusal_site(error: BaseException) -> str | None:
     node, a stand-in, PyTorch itself)."""
     if not isinstance(error, REFUSAL_TYPES) and not _missing_config_field(error):
         return None
-    inner = None
-    for frame in traceback.extract_tb(error.__traceback__):
-        path = frame.filename.replace(os.sep, "/")
-        if "/vllm/" in path:
-            inner = (path.rsplit("/vllm/", 1)[1], frame.lineno)
-    if inner is None or any(f"vllm/{inner[0]}".startswith(m) for m in STAND_IN_MODULES):
+    inner = [
+        (path, frame.lineno)
+        for frame in traceback.extract_tb(error.__traceback__)
+        if (path := vllm_path(frame.filename))
+    ]
+    if not inner or inner[-1][0].startswith(STAND_IN_MODULES):
         return None
-    return f"vllm/{inner[0]}:{inner[1]}"
+    return f"{inner[-1][0]}:{inner[-1][1]}"
 
 
 def _refusal_text(error: BaseException) -> str:
@@ -550,7 +559,7 @@ def _stand_in_attention() -> str | None:
     from vllm.platforms import current_platform
 
     kind = type(current_platform)
-    if "answering as" not in (_STUB[0] if _STUB else ""):
+    if not _on_stand_in():
         return None
 
     def backend(cls: Any, *args: Any, **kwargs: Any) -> str:
@@ -579,7 +588,7 @@ class _InertStream:
 def _inert_cuda_streams(stubbed: list[str]) -> Iterator[None]:
     import torch
 
-    if torch.cuda.is_available() or "answering as" not in (_STUB[0] if _STUB else ""):
+    if torch.cuda.is_available() or not _on_stand_in():
         yield
         return
     saved = torch.cuda.Stream, torch.cuda.Event

@@ -3,15 +3,12 @@
 
 from __future__ import annotations
 
-import pathlib
-
 import pytest
 
-from kimik3_operator.preflight.generate import generate
+from kimik3_operator.preflight.generate import WHEELS, generate
 from kimik3_operator.preflight.table import load_table
 
 pytestmark = pytest.mark.vllm
-WHEELS = pathlib.Path.home() / ".cache" / "kimik3-operator" / "wheels"
 
 
 def test_regenerated_release_matches_the_committed_table() -> None:

@@ -111,10 +111,9 @@ CASES: dict[str, dict[str, Any]] = {
 }
 
 
-@pytest.fixture(scope="module")
-def answers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
-    tmp = tmp_path_factory.mktemp("construction")
-    cases = [
+def probe_cases() -> list[dict[str, Any]]:
+    """CASES as the probe's --differential takes them, each constructed."""
+    return [
         {
             "id": name,
             "argv": case["argv"],
@@ -125,7 +124,12 @@ def answers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any
         }
         for name, case in CASES.items()
     ]
-    (tmp / "cases.json").write_text(json.dumps(cases))
+
+
+@pytest.fixture(scope="module")
+def answers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    tmp = tmp_path_factory.mktemp("construction")
+    (tmp / "cases.json").write_text(json.dumps(probe_cases()))
     result = subprocess.run(
         [vllm_python(), str(SCRIPT), "--differential", str(tmp / "cases.json"), str(tmp / "out")],
         capture_output=True,

@@ -13,14 +13,13 @@ from typing import Any
 
 import pytest
 
-from kimik3_operator.preflight.generate import Wheel, download
+from kimik3_operator.preflight.generate import WHEELS, Wheel, download
 from kimik3_operator.preflight.refusals import TABLE_PATH, inventory, release_sites
 
 from .helpers import ROOT, vllm_python
-from .test_probe_construction import CASES
+from .test_probe_construction import CASES, probe_cases
 
 pytestmark = pytest.mark.vllm
-WHEELS = pathlib.Path.home() / ".cache" / "kimik3-operator" / "wheels"
 SCRIPT = ROOT / "operator" / "kimik3_operator" / "programs" / "probe.py"
 TRACER = pathlib.Path(__file__).parent / "trace_probe.py"
 
@@ -40,18 +39,7 @@ def test_regenerated_release_matches_the_committed_inventory(regenerated: dict[s
 def test_no_site_the_probe_runs_is_mapped_out_of_its_reach(
     regenerated: dict[str, Any], tmp_path: pathlib.Path
 ) -> None:
-    cases = [
-        {
-            "id": name,
-            "argv": case["argv"],
-            "platform": "nvidia",
-            "targetConfig": case["target"],
-            "drafterConfig": case["drafter"],
-            "construct": True,
-        }
-        for name, case in CASES.items()
-    ]
-    (tmp_path / "cases.json").write_text(json.dumps(cases))
+    (tmp_path / "cases.json").write_text(json.dumps(probe_cases()))
     result = subprocess.run(
         [
             vllm_python(),

@@ -24,9 +24,8 @@ def main() -> None:
         if event != "call":
             return
         code = frame.f_code
-        path = code.co_filename.replace("\\\\", "/")
-        if "/vllm/" in path:
-            where = "vllm/" + path.rsplit("/vllm/", 1)[1]
+        where = probe.vllm_path(code.co_filename)
+        if where:
             entered.add((where, code.co_qualname.replace(".<locals>", "")))
 
     cases = json.loads(pathlib.Path(cases_path).read_text())
