@@ -2,7 +2,9 @@
 
 Generates specs across the CRD's space (architectures, platforms, every method with its
 drafter, speculative tokens, tensor/pipeline/decode-context/expert parallel sizes, KV-cache
-dtypes, sampling and rejection methods, context lengths), judges each with the static rules
+dtypes, sampling and rejection methods, context lengths, the drafter's config.json as
+published and as some checkpoints have it, engine.extraArgs as users spell them, the forms of
+an image's tag), judges each with the static rules
 and the capability table, and asks vLLM itself: the leader's rendered command line goes
 through the release's own parser to EngineArgs and the full VllmConfig, with the target's
 and the drafter's config.json as the spec implies (the image probe's check_engine; the
@@ -30,6 +32,7 @@ import argparse
 import collections
 import itertools
 import json
+import math
 import os
 import pathlib
 import random
@@ -120,6 +123,27 @@ DRAFTER_VARIANTS: dict[str, dict[str, Any]] = {
     "target_layers": {"num_target_layers": 4},
 }
 
+# engine.extraArgs as users write them: each judged by the static check against the
+# release's serveFlags and by the release's own parser.
+EXTRA_ARGS: dict[str, tuple[str, ...]] = {
+    "none": (),
+    "known": ("--max-num-seqs", "64"),
+    "abbreviated": ("--max-num-se", "64"),
+    "ambiguous": ("--max-num", "64"),
+    "typo": ("--enable-prefix-cachng",),
+    "negated": ("--no-enable-prefix-caching",),
+    "gone-after-0.27": ("--calculate-kv-scales",),
+    "new-in-0.29": ("--max-num-queued-reqs", "4096"),
+}
+# How an image names its release: the tag forms the static stage maps to a release (a CUDA
+# variant), and those it leaves to the probe (a release candidate; a digest alone).
+TAGS: dict[str, str] = {
+    "release": "vllm/vllm-openai:v{v}",
+    "cuda-variant": "vllm/vllm-openai:v{v}-cu130",
+    "release-candidate": "vllm/vllm-openai:v{v}rc1",
+    "digest": "vllm/vllm-openai@sha256:" + "0" * 64,
+}
+
 # The CRD's space, one axis a line. Methods with a drafter checkpoint use the paired DSpark
 # repository, whose config the static stage knows (others are the probe's to judge).
 AXES: dict[str, Sequence[Any]] = {
@@ -138,6 +162,8 @@ AXES: dict[str, Sequence[Any]] = {
     "samples": (("probabilistic", "block"), ("greedy", "standard")),
     "max_model_len": (32768, 2_000_000),
     "drafter_config": tuple(DRAFTER_VARIANTS),
+    "extra_args": tuple(EXTRA_ARGS),
+    "tag": tuple(TAGS),
 }
 
 
@@ -157,6 +183,7 @@ def spec_of(point: Mapping[str, Any]) -> dict[str, Any]:
             "platform": point["platform"],
             "maxModelLen": point["max_model_len"],
             "kvCacheDtype": point["kv_cache_dtype"],
+            "extraArgs": list(EXTRA_ARGS[point.get("extra_args", "none")]),
         },
         "parallelism": {
             "tensor": tensor,
@@ -174,12 +201,39 @@ def space() -> Iterator[dict[str, Any]]:
         yield dict(zip(names, values, strict=True))
 
 
+def space_size() -> int:
+    return math.prod(len(values) for values in AXES.values())
+
+
+def point_at(index: int) -> dict[str, Any]:
+    """The index-th point of space(), without enumerating the ones before it."""
+    point: dict[str, Any] = {}
+    for name in reversed(list(AXES)):
+        index, digit = divmod(index, len(AXES[name]))
+        point[name] = AXES[name][digit]
+    return {name: point[name] for name in AXES}
+
+
+def sample_points(size: int, seed: int) -> list[dict[str, Any]]:
+    """``size`` distinct points drawn at random (every point when the space is no larger)."""
+    total = space_size()
+    if size <= 0 or size >= total:
+        return list(space())
+    return [point_at(i) for i in random.Random(seed).sample(range(total), size)]
+
+
 def kind_of(point: Mapping[str, Any]) -> str:
     pipeline = point["parallel"][1]
     parallel = "pp" if pipeline > 1 else "dcp" if point["decode_context"] > 1 else "tp"
     variant = point.get("drafter_config", "published")
     read = f"/{variant}" if variant != "published" and uses_drafter_config(point) else ""
-    return f"{point['method']}/{parallel}{read}"
+    extra = point.get("extra_args", "none")
+    args = f"/args={extra}" if extra != "none" else ""
+    return f"{point['method']}/{parallel}{read}{args}"
+
+
+def image_of(point: Mapping[str, Any], version: str) -> str:
+    return TAGS[point.get("tag", "release")].format(v=version)
 
 
 def uses_drafter_config(point: Mapping[str, Any]) -> bool:
@@ -197,13 +251,16 @@ class Static:
 
 
 def static_verdict(
-    spec: Mapping[str, Any], version: str, drafter: Mapping[str, Any] | None = None
+    spec: Mapping[str, Any],
+    version: str,
+    drafter: Mapping[str, Any] | None = None,
+    image: str | None = None,
 ) -> Static | None:
-    """The static stage's verdict on the spec for ``version``, with the drafter's config.json
-    read when ``drafter`` is given; None: the spec is unreadable (the CRD or the operator
-    refuses it before any preflight)."""
+    """The static stage's verdict on the spec for ``version`` (in ``image``, by default the
+    release's tag), with the drafter's config.json read when ``drafter`` is given; None: the
+    spec is unreadable (the CRD or the operator refuses it before any preflight)."""
     data = json.loads(json.dumps(spec))
-    data["engine"]["image"] = f"vllm/vllm-openai:v{version}"
+    data["engine"]["image"] = image or f"vllm/vllm-openai:v{version}"
     try:
         parsed = parse_spec(data)
     except SpecError:
@@ -320,7 +377,7 @@ def compare(
             point
         )
         config = drafter_config(point)
-        static = static_verdict(spec, version, config if read else None)
+        static = static_verdict(spec, version, config if read else None, image_of(point, version))
         if static is None:
             unreadable += 1
             continue
@@ -381,10 +438,8 @@ def main() -> None:
     parser.add_argument("--write", action="store_true", help=f"record in {RECORD.name}")
     args = parser.parse_args()
     versions = args.release or [format_version(v) for v in load_table().releases]
-    points = list(space())
-    if args.sample:
-        points = random.Random(args.seed).sample(points, args.sample)
-    print(f"space: {len(list(space()))} specs; asking about {len(points)} per release")
+    points = sample_points(args.sample, args.seed)
+    print(f"space: {space_size()} specs; asking about {len(points)} per release")
     results = []
     for version in versions:
         found = release_python(version)
@@ -413,7 +468,7 @@ def main() -> None:
             [r for r in kept if r["release"] not in ran] + results,
             key=lambda r: [int(part) for part in r["release"].split(".")],
         )
-        record = {"space": len(list(space())), "sample": len(points), "seed": args.seed}
+        record = {"space": space_size(), "sample": len(points), "seed": args.seed}
         RECORD.write_text(json.dumps({**record, "releases": merged}, indent=1) + "\n")
         print(f"wrote {RECORD}")
 

@@ -9,7 +9,13 @@ equal to them and the end-to-end tests run the spellings against the real API se
 
 from __future__ import annotations
 
+import re
+from collections.abc import Collection
+
 from kimik3_operator.api.constants import OWNED_FLAGS, TRANSFER_FLAGS
+
+# What argparse reads as a value, not an option, in a parser with no numeric options.
+NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
 
 
 def flag_name(arg: str) -> str | None:
@@ -47,3 +53,28 @@ def owned_flag_rules() -> tuple[str, str]:
         f"!(self.startsWith('-') && {name}.contains('_'))",
         f"!(self.startsWith('-') && [{listed}].exists(f, f.startsWith({name})))",
     )
+
+
+def serve_flag_problem(arg: str, known: Collection[str]) -> str | None:
+    """Why `vllm serve`'s parser, whose option strings are ``known``, refuses ``arg``; None
+    when it takes it (a value, the flag itself, or the abbreviation of exactly one long
+    flag), or when argparse's reading of a short cluster such as ``-q8`` is the image's to
+    judge."""
+    name = flag_name(arg)
+    if name is None or arg == "--" or NEGATIVE_NUMBER.match(arg.split("=", 1)[0]):
+        return None
+    if name in known:
+        return None
+    if not name.startswith("--"):
+        # argparse reads "-xVALUE" as the short flag -x with a value attached, and "-x" as an
+        # abbreviation of a longer single-dash flag.
+        shorts = [flag for flag in known if not flag.startswith("--")]
+        if any(name.startswith(flag) or flag.startswith(name) for flag in shorts):
+            return None
+        return f"{name} is not a flag"
+    matches = sorted(flag for flag in known if flag.startswith(name))
+    if len(matches) == 1:
+        return None
+    if matches:
+        return f"{name} is ambiguous ({', '.join(matches[:4])}{', …' if len(matches) > 4 else ''})"
+    return f"{name} is not a flag"

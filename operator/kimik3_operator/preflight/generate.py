@@ -28,6 +28,7 @@ from kimik3_operator.preflight.drafter_methods import (
     method_names,
     speculative_architectures,
 )
+from kimik3_operator.preflight.serve_flags import serve_flags
 from kimik3_operator.programs.probe import (
     AUX_PP_CHECK,
     DRAFT_EP_INHERIT,
@@ -328,6 +329,8 @@ def release_capabilities(wheel: Wheel) -> dict[str, Any]:
     release["dsparkConfigRefuses"] = dspark_config_refusals(
         wheel.read("vllm/transformers_utils/configs/k3_dspark.py") or ""
     )
+    # Every option string the release's `vllm serve` parser accepts.
+    release["serveFlags"] = serve_flags(wheel.read, wheel.names)
     return release
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from kimik3_operator.api.constants import KV_CONNECTOR_CLASSES, ConditionType, Reason
-from kimik3_operator.api.flags import owned_flag
+from kimik3_operator.api.flags import flag_name, owned_flag, serve_flag_problem
 from kimik3_operator.api.pairing import (
     KNOWN_DRAFTER_CONFIGS,
     TARGET_MODEL_TYPE,
@@ -515,6 +515,46 @@ def check_extra_args(ctx: Context) -> Iterable[Finding]:
                 ),
             )
             return
+
+
+def _first_release_with_flag(table: CapabilityTable, flag: str) -> Version | None:
+    return table.first_release_where(
+        lambda v: flag in ((table.release(v) or {}).get("serveFlags") or ())
+    )
+
+
+def check_serve_flags(ctx: Context) -> Iterable[Finding]:
+    """Every extraArgs flag against the flags the release's `vllm serve` parser knows (the
+    capability table's serveFlags, read from its wheel). The parser takes a flag, or an
+    abbreviation of exactly one; anything else it refuses at start. Where the probe ran, the
+    image's own parser has answered instead (check_serve_args). A prefill/decode role is
+    judged on its own line (the engine's arguments, then the role's)."""
+    if ctx.facts.probed is not None:
+        return
+    release = ctx.release() or {}
+    known = release.get("serveFlags")
+    if not known:
+        return
+    for index, arg in enumerate(ctx.spec.engine.extra_args):
+        problem = serve_flag_problem(arg, known)
+        if problem is None:
+            continue
+        name = flag_name(arg) or arg
+        first = _first_release_with_flag(ctx.facts.table, name)
+        since = f"; vLLM {format_version(first)} and later have it" if first else ""
+        close = nearest(name, list(known))
+        hint = f"; did you mean {close}?" if close else ""
+        yield Finding(
+            "serve-flags",
+            "Fail",
+            Reason.SERVE_FLAG_UNKNOWN,
+            (
+                f"spec.engine.extraArgs[{index}]={arg[:200]!r}: {problem} in "
+                f"{_release_name(ctx)}'s `vllm serve`, which would refuse it at start{hint}"
+                f"{since}; remove it or change spec.engine.image"
+            ),
+        )
+        return
 
 
 def check_drafter(ctx: Context) -> Iterable[Finding]:
@@ -1118,6 +1158,7 @@ RULES: tuple[Rule, ...] = (
     check_nodes,
     check_experts,
     check_extra_args,
+    check_serve_flags,
     check_drafter,
     check_serve_args,
     check_max_model_len,

@@ -702,3 +702,41 @@ def test_the_preflight_names_the_argument_and_the_flag() -> None:
     failed = fails(run(engine={"extraArgs": ["--max-num-seqs", "5", "--tensor_parallel_size=4"]}))
     message = failed["ExtraArgsOverrideOwnedFlag"].message
     assert "spec.engine.extraArgs[2]" in message and "--tensor-parallel-size" in message
+
+
+def test_extra_args_flags_the_release_does_not_know() -> None:
+    # --speculative-disable-by-batch-size never was a flag of `vllm serve`; 0.34.0 adds
+    # flags that 0.33.0's parser refuses.
+    new_in_034 = sorted(
+        set(TABLE.data["releases"]["0.34.0"]["serveFlags"])
+        - set(TABLE.data["releases"]["0.33.0"]["serveFlags"])
+    )
+    flag = next(f for f in new_in_034 if f.startswith("--") and not f.startswith("--no-"))
+    failed = fails(run(engine={**image("0.33.0"), "extraArgs": ["--max-num-seqs", "5", flag]}))
+    message = failed["ServeFlagUnknown"].message
+    assert f"spec.engine.extraArgs[2]={flag!r}" in message
+    assert "vLLM 0.33.0" in message and "vLLM 0.34.0 and later have it" in message
+    assert "ServeFlagUnknown" not in fails(
+        run(engine={**image("0.34.0"), "extraArgs": ["--max-num-seqs", "5", flag]})
+    )
+    typo = fails(run(engine={"extraArgs": ["--max-num-seq", "5", "--enable-prefix-cachng"]}))
+    assert "did you mean --enable-prefix-caching?" in typo["ServeFlagUnknown"].message
+    ambiguous = fails(run(engine={"extraArgs": ["--max-num", "5"]}))
+    assert "--max-num is ambiguous" in ambiguous["ServeFlagUnknown"].message
+
+
+def test_extra_args_flags_of_each_role_are_checked() -> None:
+    failed = fails(
+        run(
+            parallelism={"tensor": 8},
+            disaggregation={"decode": {"extraArgs": ["--speculative-disable-by-batch-size", "4"]}},
+        )
+    )
+    # The role's line: the engine's arguments, then the role's own.
+    assert failed["ServeFlagUnknown"].message.startswith("decode: spec.engine.extraArgs[0]=")
+
+
+def test_extra_args_flags_are_the_image_parsers_once_probed() -> None:
+    probed = Facts(TABLE, probed={}, probed_release={"serve": {"leader": {"ok": True}}})
+    findings = run(probed, engine={"extraArgs": ["--speculative-disable-by-batch-size", "4"]})
+    assert "ServeFlagUnknown" not in fails(findings)

@@ -1,7 +1,8 @@
 """Runs inside the vllm virtual environment: parses `vllm serve` argument lists with vLLM's
 own CLI parser and prints what vLLM understood, as JSON.
 
-Input (stdin): {"cases": {"name": ["arg", ...], ...}}. Output: {"name": {...} | {"error": ...}}.
+Input (stdin): {"cases": {"name": ["arg", ...], ...}}. Output: {"name": {...} | {"error": ...}},
+and under "__options__" every option string the parser accepts.
 No GPU is needed: the parser asks the platform for a device type, so it is set to cuda first.
 """
 
@@ -64,6 +65,8 @@ def main() -> None:
             "speculative_config": spec,
             "unknown_speculative_keys": sorted(set(spec or {}) - spec_fields),
         }
+    every = make_arg_parser(FlexibleArgumentParser())
+    results["__options__"] = sorted(every._option_string_actions)
     json.dump(results, sys.stdout, default=str)
 
 

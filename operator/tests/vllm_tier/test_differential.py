@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import json
 import pathlib
-import random
 
 import pytest
-from bench.differential import compare, report, space
+from bench.differential import compare, report, sample_points
 
 from kimik3_operator.api.parse import parse_spec
 from kimik3_operator.builders.preflight_job import probe_request
@@ -27,7 +26,7 @@ SAMPLE = 48
 
 
 def test_static_verdicts_agree_with_vllm_on_a_sample_of_the_space() -> None:
-    points = random.Random(20261204).sample(list(space()), SAMPLE)
+    points = sample_points(SAMPLE, 20261204)
     outcomes, unreadable = compare("0.33.0", vllm_python(), points)
     result = report("0.33.0", outcomes, unreadable)
     print(json.dumps({k: result[k] for k in ("compared", "agreement", "counts")}))

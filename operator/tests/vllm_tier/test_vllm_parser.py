@@ -10,10 +10,12 @@ from typing import Any
 
 import pytest
 
+from kimik3_operator.api.flags import serve_flag_problem
 from kimik3_operator.api.parse import parse_spec
 from kimik3_operator.api.spec import KimiK3DeploymentSpec
 from kimik3_operator.builders.children import Part, desired_children
 from kimik3_operator.builders.common import Owner
+from kimik3_operator.preflight.table import load_table
 
 from .helpers import vllm_python
 
@@ -79,6 +81,8 @@ def parsed() -> dict[str, Any]:
         for role, argv in commands(parse_spec(raw)).items():
             cases[f"{name}/{role}"] = argv
     cases["refused/bad-tp"] = ["m", "--tensor-parallel-size", "two"]
+    for name, args in SPELLINGS.items():
+        cases[f"spelling/{name}"] = ["m", *args]
     run = subprocess.run(
         [vllm_python(), str(pathlib.Path(__file__).with_name("parse_serve_args.py"))],
         input=json.dumps({"cases": cases}),
@@ -90,6 +94,43 @@ def parsed() -> dict[str, Any]:
     assert run.returncode == 0, run.stderr[-4000:]
     result: dict[str, Any] = json.loads(run.stdout.strip().splitlines()[-1])
     return result
+
+
+# engine.extraArgs spellings, each judged by the static check against the table's serveFlags
+# for 0.33.0 and by the release's own parser.
+SPELLINGS: dict[str, list[str]] = {
+    "flag": ["--max-num-seqs", "5"],
+    "flag=value": ["--max-model-len=4096"],
+    "underscores": ["--max_num_seqs", "5"],
+    "abbreviation": ["--max-num-se", "5"],
+    "ambiguous": ["--max-num", "5"],
+    "removed": ["--num-speculative-tokens", "3"],
+    "never": ["--speculative-disable-by-batch-size", "4"],
+    "typo": ["--enable-prefix-cachng"],
+    "negated-boolean": ["--no-enable-prefix-caching"],
+    "enable-disable-swap": ["--disable-prefix-caching"],
+    "negated-non-boolean": ["--no-max-num-seqs"],
+    "negated-store-true": ["--no-disable-log-stats"],
+    "short": ["-q", "fp8"],
+    "short-attached": ["-qfp8"],
+    "short-unknown": ["-x"],
+    "negative-value": ["--seed", "-1"],
+    "json-key": ["--compilation-config.mode", "0"],
+}
+
+
+def test_serve_flags_are_the_parsers(parsed: dict[str, Any]) -> None:
+    assert load_table().data["releases"]["0.33.0"]["serveFlags"] == parsed["__options__"]
+
+
+@pytest.mark.parametrize("name", sorted(SPELLINGS))
+def test_static_check_reads_extra_args_as_the_parser_does(
+    name: str, parsed: dict[str, Any]
+) -> None:
+    known = load_table().data["releases"]["0.33.0"]["serveFlags"]
+    problems = [p for a in SPELLINGS[name] if (p := serve_flag_problem(a, known)) is not None]
+    refused = "error" in parsed[f"spelling/{name}"]
+    assert bool(problems) == refused, (problems, parsed[f"spelling/{name}"])
 
 
 def test_parser_refuses_a_bad_value(parsed: dict[str, Any]) -> None:
