@@ -63,6 +63,8 @@ DRAFTER_CONFIG: dict[str, Any] = {
     "num_attention_heads": 96,
     "num_key_value_heads": 96,
     "markov_rank": 1,
+    # The token the drafter fills its parallel drafting slots with.
+    "dspark_noise_token_id": 163838,
     "hidden_act": "silu",
     "rms_norm_eps": 1e-6,
     "max_position_embeddings": 1048576,

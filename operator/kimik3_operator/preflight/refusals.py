@@ -49,8 +49,9 @@ WATCHED: Final = re.compile(
     r"kimi_linear)\.py|platforms/(__init__|interface|cuda|rocm|cpu)\.py)"
 )
 # What each file does on that path (the first match): parse, engine (configuration and the
-# registry), platform, proposer, model (the classes constructed), kernel (runs on the device
-# once the weights are there).
+# registry), platform, speculator (Model Runner V2's, which the probe builds), proposer (the
+# V1 runner's, built inside the runner on the GPU), model (the classes constructed), kernel
+# (runs on the device once the weights are there).
 FILES: Final[tuple[tuple[str, str], ...]] = (
     (r"vllm/(entrypoints/.*|utils/argparse_utils)\.py", "parse"),
     (r"vllm/(engine/arg_utils|config/.*|transformers_utils/.*)\.py", "engine"),
@@ -58,7 +59,8 @@ FILES: Final[tuple[tuple[str, str], ...]] = (
     (r"vllm/models/kimi_k3/((nvidia|amd|common)/)?__init__\.py", "engine"),
     (r"vllm/platforms/(cuda|rocm)\.py", "gpu-platform"),
     (r"vllm/platforms/.*\.py", "platform"),
-    (r"vllm/v1/(spec_decode|worker/gpu/spec_decode)/.*\.py", "proposer"),
+    (r"vllm/v1/worker/gpu/spec_decode/.*\.py", "speculator"),
+    (r"vllm/v1/spec_decode/.*\.py", "proposer"),
     (r"vllm/model_executor/models/.*\.py", "model"),
     (
         r"vllm/models/kimi_k3/(nvidia|amd|common)/(model|mtp|dspark_mla|dense_draft|gqa_draft|"
@@ -133,7 +135,16 @@ PLACES: Final[dict[str, tuple[Mapping, Mapping | None]]] = {
         Mapping(
             "device",
             "proposer",
-            "the model runner builds its proposer on the GPU worker, with its buffers",
+            "the V1 model runner builds its proposer in its own constructor, on the GPU worker",
+        ),
+        Mapping("after-weights", "proposer", "drafting runs on requests"),
+    ),
+    "speculator": (
+        Mapping(
+            "probe",
+            "proposer",
+            "the probe builds Model Runner V2's speculator with vLLM's init_speculator on the "
+            "meta device",
         ),
         Mapping("after-weights", "proposer", "drafting runs on requests"),
     ),

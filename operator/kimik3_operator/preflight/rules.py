@@ -982,8 +982,15 @@ def check_construction(ctx: Context) -> Iterable[Finding]:
     built = (ctx.release() or {}).get("construct") or {}
     if not built or built.get("skipped"):
         return
+    proposer = built.get("proposer")
+    proposer = proposer if isinstance(proposer, dict) else {}
     if "model" not in built:
         done = [str(b) for b in built.get("built") or []]
+        if isinstance(proposer.get("class"), str):
+            done.append(
+                f"the drafter's proposer {proposer['class'][:80]} (model runner "
+                f"{str(proposer.get('runner', ''))[:8]})"
+            )
         if not done:
             return
         missing = built.get("notBuilt")
@@ -1004,18 +1011,25 @@ def check_construction(ctx: Context) -> Iterable[Finding]:
         )
         return
     role = str(built.get("model", "target"))
-    owner = "spec.drafter" if role == "drafter" else "spec.model"
+    # The proposer is built from the drafter's config.json and the speculative config.
+    of_drafter = role in ("drafter", "proposer")
+    what = (
+        f"the drafter's proposer (model runner {str(proposer.get('runner', ''))[:8]})"
+        if role == "proposer"
+        else f"the {role}"
+    )
+    owner = "spec.drafter" if of_drafter else "spec.model"
     yield Finding(
         "construct",
         "Fail",
         Reason.MODEL_CONSTRUCTION_REFUSED,
         (
-            f"vLLM in spec.engine.image refuses to construct the {role} "
+            f"vLLM in spec.engine.image refuses to construct {what} "
             f"({str(built.get('site', ''))[:120]}): {str(built.get('error', ''))[:400]}; the "
             f"pods would load the image and stop before the first weight; change {owner}'s "
             "checkpoint or spec.parallelism to a shape it accepts"
         ),
-        DRAFTER if role == "drafter" else CAPABILITIES,
+        DRAFTER if of_drafter else CAPABILITIES,
     )
 
 

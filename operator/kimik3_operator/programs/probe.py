@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import importlib
+import importlib.util
 import io
 import json
 import os
@@ -654,7 +655,61 @@ def check_construction(config: Any) -> dict[str, Any]:
                 "stubbed": stubbed,
             }
         built.append(f"{role}: {type(model).__name__}")
-    return {"ok": not not_built, "built": built, "notBuilt": not_built, "stubbed": stubbed}
+    proposer = _proposer(config, stubbed)
+    if proposer.get("refused"):
+        refused = proposer.pop("refused")
+        return {
+            "ok": False,
+            "model": "proposer",
+            **refused,
+            "built": built,
+            "proposer": proposer,
+            "stubbed": stubbed,
+        }
+    if proposer.get("notBuilt"):
+        not_built["proposer"] = proposer["notBuilt"]
+    answer = {"ok": not not_built, "built": built, "notBuilt": not_built, "stubbed": stubbed}
+    return {**answer, "proposer": proposer} if proposer else answer
+
+
+def _picks_v2_runner(config: Any) -> bool:
+    """Which model runner the release runs for this configuration: its own answer where it
+    has one (VllmConfig.use_v2_model_runner); else V2 where the V1 runner is gone."""
+    if hasattr(type(config), "use_v2_model_runner"):
+        return bool(config.use_v2_model_runner)
+    return importlib.util.find_spec("vllm.v1.worker.gpu_model_runner") is None
+
+
+def _proposer(config: Any, stubbed: list[str]) -> dict[str, Any]:
+    """The proposer the release's model runner picks for this configuration, built as that
+    runner builds it before the weights: Model Runner V2 by vLLM's own ``init_speculator``
+    (on the meta device). The V1 runner picks inside its own constructor, which needs the
+    GPU; its pick is named only at start. {} without speculative decoding."""
+    if getattr(config, "speculative_config", None) is None:
+        return {}
+    try:
+        import torch
+        from vllm.config import set_current_vllm_config
+
+        with set_current_vllm_config(config):
+            v2 = _picks_v2_runner(config)
+        if not v2:
+            return {
+                "runner": "v1",
+                "notBuilt": "the V1 model runner picks its proposer in its own constructor, "
+                "which needs the GPU",
+            }
+        from vllm.v1.worker.gpu.spec_decode import init_speculator
+
+        meta = torch.device("meta")
+        with set_current_vllm_config(config), meta, _inert_cuda_streams(stubbed):
+            speculator = init_speculator(config, meta, None)
+    except Exception as exc:
+        site = refusal_site(exc)
+        if site is None:
+            return {"runner": "v2", "notBuilt": f"{_short(exc)[:300]} (at {_innermost(exc)})"}
+        return {"runner": "v2", "refused": {"error": _refusal_text(exc), "site": site}}
+    return {"runner": "v2", "class": type(speculator).__name__}
 
 
 def _engine_config(

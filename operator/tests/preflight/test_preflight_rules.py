@@ -655,6 +655,25 @@ def test_the_probes_construction_is_a_verdict_and_what_it_could_not_build_is_sai
         ({"ok": True, "built": ["target: A", "drafter: B"]}, ("Pass", "target: A and drafter: B")),
         (refused, ("Fail", site)),
         (partial, ("Pass", "the target not constructed on the probe's CPU node")),
+        (
+            {
+                "ok": False,
+                "built": [],
+                "notBuilt": {"target": "x", "drafter": "y"},
+                "proposer": {"runner": "v2", "class": "DSparkSpeculator"},
+            },
+            ("Pass", "the drafter's proposer DSparkSpeculator (model runner v2)"),
+        ),
+        (
+            {
+                "ok": False,
+                "model": "proposer",
+                "error": "ValueError: Model config must specify `dspark_noise_token_id`",
+                "site": "vllm/v1/worker/gpu/spec_decode/utils.py:110",
+                "proposer": {"runner": "v2"},
+            },
+            ("Fail", "refuses to construct the drafter's proposer (model runner v2)"),
+        ),
         ({"ok": False, "built": [], "notBuilt": {"target": "x"}}, None),
         ({"skipped": "ImportError: no initialize_model"}, None),
         ({}, None),

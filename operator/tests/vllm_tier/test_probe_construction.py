@@ -108,6 +108,16 @@ CASES: dict[str, dict[str, Any]] = {
         "target": TARGET_CONFIG,
         "drafter": {k: v for k, v in DRAFTER_CONFIG.items() if k != "target_hidden_size"},
     },
+    # The drafter's config.json without the token its parallel drafting slots are filled
+    # with: the models construct, and Model Runner V2's DSpark speculator refuses it.
+    "kimi-k3-no-noise-token": {
+        "argv": [
+            *leader(8, {"method": "dspark", "num_speculative_tokens": 8}),
+            "--trust-remote-code",
+        ],
+        "target": TARGET_CONFIG,
+        "drafter": {k: v for k, v in DRAFTER_CONFIG.items() if k != "dspark_noise_token_id"},
+    },
 }
 
 
@@ -152,6 +162,8 @@ def test_a_shape_that_shards_constructs_both_models(answers: dict[str, dict[str,
     built = answers["fits"]["construct"]
     assert built["ok"] is True, built
     assert built["built"] == ["target: LlamaForCausalLM", "drafter: Eagle3LlamaForCausalLM"]
+    # The proposer Model Runner V2 picks for EAGLE3, built by vLLM's own init_speculator.
+    assert built["proposer"] == {"runner": "v2", "class": "EagleSpeculator"}
     assert any("rank 0 of each parallel group (tp=2)" in s for s in built["stubbed"])
     assert any("attention backends" in s for s in built["stubbed"])
     [finding] = findings("fits", answers["fits"])
@@ -164,6 +176,7 @@ def test_a_draft_model_with_the_targets_layer_names_constructs(
     built = answers["draft-model"]["construct"]
     assert built["ok"] is True, built
     assert built["built"] == ["target: LlamaForCausalLM", "drafter: LlamaForCausalLM"]
+    assert built["proposer"] == {"runner": "v2", "class": "StandaloneARSpeculator"}
 
 
 def test_kv_heads_vllms_configuration_accepts_are_refused_by_the_class(
@@ -206,7 +219,12 @@ def test_what_only_a_gpu_decides_is_said_not_refused(
     assert "model" not in built, built  # no refusal: the stand-ins carry every field read
     assert set(built["notBuilt"]) == {"target", "drafter"}
     assert all(" (at " in why for why in built["notBuilt"].values())
-    assert findings(name, answer) == []
+    # The DSpark speculator needs no kernel to be built: it is, and the rest is left to start.
+    assert built["proposer"] == {"runner": "v2", "class": "DSparkSpeculator"}
+    [finding] = findings(name, answer)
+    assert (finding.status, finding.reason) == ("Pass", Reason.MODELS_CONSTRUCTED)
+    assert "DSparkSpeculator" in finding.message
+    assert "the target not constructed on the probe's CPU node" in finding.message
     size = 16 if name == "kimi-k3-two-nodes" else 8
     assert f"rank 0 of each parallel group (tp={size}), no peers" in built["stubbed"]
 
@@ -218,3 +236,18 @@ def test_a_drafter_missing_a_field_its_class_reads_is_refused(
     assert built["model"] == "drafter", built
     assert "target_hidden_size" in built["error"]
     assert built["site"].startswith("vllm/models/kimi_k3/")
+
+
+def test_a_drafter_its_speculator_refuses_is_named_on_the_drafter_condition(
+    answers: dict[str, dict[str, Any]],
+) -> None:
+    built = answers["kimi-k3-no-noise-token"]["construct"]
+    assert built["model"] == "proposer", built
+    assert built["proposer"] == {"runner": "v2"}
+    assert "dspark_noise_token_id" in built["error"]
+    assert built["site"].startswith("vllm/v1/worker/gpu/spec_decode/")
+    [finding] = findings("kimi-k3-no-noise-token", answers["kimi-k3-no-noise-token"])
+    assert (finding.status, finding.reason) == ("Fail", Reason.MODEL_CONSTRUCTION_REFUSED)
+    assert finding.condition == ConditionType.DRAFTER_PAIRED
+    assert "the drafter's proposer (model runner v2)" in finding.message
+    assert "spec.drafter" in finding.message
