@@ -73,6 +73,8 @@ DECIDED_LATER = frozenset(
         Reason.DRAFTER_NOT_IMPLEMENTED_ON_PLATFORM,
         Reason.EXPERTS_NOT_DIVISIBLE,
         Reason.GPUS_DO_NOT_FILL_NODES,
+        # Model Runner V2's speculator, built after the configuration.
+        Reason.DRAFTER_LACKS_PARALLEL_DRAFTING_TOKEN,
     }
 )
 DSPARK_REPO = "RedHatAI/Kimi-K3-speculator.dspark"
@@ -101,6 +103,7 @@ def target_config(architecture: str) -> dict[str, Any]:
     }
 
 
+# With the field Model Runner V2's DSpark speculator takes its parallel draft token from.
 DSPARK_CONFIG: dict[str, Any] = {
     "architectures": ["K3DSparkModel"],
     "model_type": "k3_dspark",
@@ -108,6 +111,7 @@ DSPARK_CONFIG: dict[str, Any] = {
     "draft_vocab_size": KIMI_K3_VOCAB,
     "target_layer_ids": [2, 23, 47, 71, 89],
     "num_target_layers": 5,
+    "dspark_noise_token_id": 163838,
 }
 
 # The drafter's config.json as published, and as some checkpoints have it: what vLLM's
@@ -121,6 +125,7 @@ DRAFTER_VARIANTS: dict[str, dict[str, Any]] = {
     "q_lora_rank_null": {"q_lora_rank": None},
     "draft_vocab": {"draft_vocab_size": 32000},
     "target_layers": {"num_target_layers": 4},
+    "no_parallel_drafting_token": {"dspark_noise_token_id": None},
 }
 
 # engine.extraArgs as users write them: each judged by the static check against the
@@ -241,7 +246,11 @@ def uses_drafter_config(point: Mapping[str, Any]) -> bool:
 
 
 def drafter_config(point: Mapping[str, Any]) -> dict[str, Any]:
-    return {**DSPARK_CONFIG, **DRAFTER_VARIANTS[point.get("drafter_config", "published")]}
+    """The drafter's config.json for the point's variant; a field the variant sets to None
+    is left out of the file."""
+    variant = DRAFTER_VARIANTS[point.get("drafter_config", "published")]
+    merged = {**DSPARK_CONFIG, **variant}
+    return {k: v for k, v in merged.items() if v is not None or k not in DSPARK_CONFIG}
 
 
 @dataclass(frozen=True)

@@ -266,6 +266,7 @@ class Reason(StrEnum):
     DRAFTER_TARGET_LAYERS_INVALID = "DrafterTargetLayersInvalid"
     DRAFTER_VOCABULARY_MISMATCH = "DrafterVocabularyMismatch"
     DRAFTER_CONFIG_REFUSED = "DrafterConfigRefused"
+    DRAFTER_LACKS_PARALLEL_DRAFTING_TOKEN = "DrafterLacksParallelDraftingToken"
     EAGLE3_DECLARED_NOT_IMPLEMENTED = "Eagle3DeclaredNotImplemented"
     EXPERTS_DIVISIBLE = "ExpertsDivisible"
     EXPERTS_NOT_DIVISIBLE = "ExpertsNotDivisible"

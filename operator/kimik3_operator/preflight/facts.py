@@ -41,6 +41,8 @@ class DrafterFacts:
     # Fields set true, and fields given as null: what a drafter's config class may refuse.
     set_flags: tuple[str, ...] = ()
     null_fields: tuple[str, ...] = ()
+    # Fields given a value (a nested dflash_config's as "dflash_config.<field>").
+    given: tuple[str, ...] = ()
 
 
 def _int(value: Any) -> int | None:
@@ -87,4 +89,15 @@ def drafter_facts(
         experts=_int(config.get("num_experts")) or _int(config.get("num_local_experts")),
         set_flags=tuple(sorted(str(k) for k, v in config.items() if v is True)),
         null_fields=tuple(sorted(str(k) for k, v in config.items() if v is None)),
+        given=_given(config),
     )
+
+
+def _given(config: Mapping[str, Any]) -> tuple[str, ...]:
+    nested = config.get("dflash_config")
+    inner = (
+        [f"dflash_config.{k}" for k, v in nested.items() if v is not None]
+        if isinstance(nested, Mapping)
+        else []
+    )
+    return tuple(sorted([str(k) for k, v in config.items() if v is not None] + inner))

@@ -256,6 +256,61 @@ def dspark_config_refusals(source: str) -> list[str]:
     return [str(name) for name in dict.fromkeys(found)]
 
 
+def parallel_drafting_tokens(source: str) -> list[str]:
+    """The config.json fields Model Runner V2's parallel drafting (DSpark's and DFlash's
+    speculators) takes the token of its draft slots from, in the order it tries them
+    (``get_parallel_drafting_token_id``); a nested ``dflash_config`` field as
+    "dflash_config.<field>". Empty: the release has no such function."""
+    tree = ast.parse(source) if source else None
+    function = (
+        next(
+            (
+                n
+                for n in ast.walk(tree)
+                if isinstance(n, ast.FunctionDef) and n.name == "get_parallel_drafting_token_id"
+            ),
+            None,
+        )
+        if tree is not None
+        else None
+    )
+    if function is None:
+        return []
+    found: list[str] = []
+    for node in ast.walk(function):
+        # getattr(hf_config, "x", ...) / hasattr(hf_config, "x")
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("getattr", "hasattr")
+            and len(node.args) >= 2
+            and isinstance(node.args[1], ast.Constant)
+            and isinstance(node.args[1].value, str)
+            and ast.unparse(node.args[0]) == "hf_config"
+        ):
+            found.append(node.args[1].value)
+        # "mask_token_id" in dflash_config
+        if (
+            isinstance(node, ast.Compare)
+            and isinstance(node.ops[0], ast.In)
+            and isinstance(node.left, ast.Constant)
+            and isinstance(node.comparators[0], ast.Name)
+        ):
+            found.append(f"{node.comparators[0].id}.{node.left.value}")
+    # "dflash_config" itself is the holder of a nested field, not a token.
+    tokens = [name for name in found if name != "dflash_config"]
+    return [str(name) for name in dict.fromkeys(sorted(tokens, key=lambda n: _line(function, n)))]
+
+
+def _line(function: ast.FunctionDef, name: str) -> int:
+    """Where ``name`` is first tried in ``function``: the order vLLM tries the fields."""
+    field = name.rsplit(".", 1)[-1]
+    return min(
+        (n.lineno for n in ast.walk(function) if isinstance(n, ast.Constant) and n.value == field),
+        default=0,
+    )
+
+
 def release_capabilities(wheel: Wheel) -> dict[str, Any]:
     registry = wheel.read("vllm/model_executor/models/registry.py") or ""
     entries = registry_entries(registry)
@@ -328,6 +383,10 @@ def release_capabilities(wheel: Wheel) -> dict[str, Any]:
     release["kvTransfer"] = kv_transfer_facts(wheel)
     release["dsparkConfigRefuses"] = dspark_config_refusals(
         wheel.read("vllm/transformers_utils/configs/k3_dspark.py") or ""
+    )
+    # Where Model Runner V2's parallel drafting takes its slot token from in a config.json.
+    release["parallelDraftingTokens"] = parallel_drafting_tokens(
+        wheel.read("vllm/v1/worker/gpu/spec_decode/utils.py") or ""
     )
     # Every option string the release's `vllm serve` parser accepts.
     release["serveFlags"] = serve_flags(wheel.read, wheel.names)

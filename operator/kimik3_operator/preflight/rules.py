@@ -1113,6 +1113,7 @@ def _drafter_config(ctx: Context, tokens: int | None) -> Iterable[Finding]:
     if method == "dspark" and facts.model_type == "k3_dspark":
         yield from _dspark_config_refused(ctx, facts)
     if method == "dspark":
+        yield from _parallel_drafting_token(ctx, facts)
         ids = facts.target_layer_ids
         problem = ""
         if not ids:
@@ -1134,6 +1135,30 @@ def _drafter_config(ctx: Context, tokens: int | None) -> Iterable[Finding]:
                 "drafter built for this target",
                 DRAFTER,
             )
+
+
+def _parallel_drafting_token(ctx: Context, facts: DrafterFacts) -> Iterable[Finding]:
+    """DSpark runs on Model Runner V2 in every release, whose speculator fills its parallel
+    draft slots with a token it takes from the drafter's config.json (the fields, per
+    release, in the table's parallelDraftingTokens); with none of them it refuses to start.
+    Where the probe ran it built that speculator itself (check_construction)."""
+    if ctx.facts.probed is not None:
+        return
+    fields = (ctx.release() or {}).get("parallelDraftingTokens") or []
+    if not fields or set(fields) & set(facts.given):
+        return
+    yield Finding(
+        "drafter-parallel-drafting-token",
+        "Fail",
+        Reason.DRAFTER_LACKS_PARALLEL_DRAFTING_TOKEN,
+        (
+            f"the drafter ({facts.source}) has none of {', '.join(fields)}: "
+            f"{_release_name(ctx)}'s DSpark speculator fills its parallel draft slots with "
+            "that token and refuses to start without it; set drafter.repo to a DSpark "
+            "drafter whose config.json gives it"
+        ),
+        DRAFTER,
+    )
 
 
 def _dspark_config_refused(ctx: Context, facts: DrafterFacts) -> Iterable[Finding]:

@@ -27,6 +27,7 @@ DSPARK_DRAFTER = {
     "n_predict": 4,
     "target_layer_ids": [2, 23, 47, 71, 89],
     "num_target_layers": 5,
+    "dspark_noise_token_id": 163838,
 }
 
 
