@@ -294,6 +294,7 @@ def parallel_drafting_tokens(source: str) -> list[str]:
             isinstance(node, ast.Compare)
             and isinstance(node.ops[0], ast.In)
             and isinstance(node.left, ast.Constant)
+            and isinstance(node.left.value, str)
             and isinstance(node.comparators[0], ast.Name)
         ):
             found.append(f"{node.comparators[0].id}.{node.left.value}")
