@@ -760,3 +760,29 @@ def test_extra_args_flags_are_the_image_parsers_once_probed() -> None:
     probed = Facts(TABLE, probed={}, probed_release={"serve": {"leader": {"ok": True}}})
     findings = run(probed, engine={"extraArgs": ["--speculative-disable-by-batch-size", "4"]})
     assert "ServeFlagUnknown" not in fails(findings)
+
+
+def test_a_dspark_drafter_without_a_parallel_drafting_token() -> None:
+    """Model Runner V2's DSpark speculator takes its draft slots' token from the drafter's
+    config.json: without any of the fields the release reads, it refuses to start."""
+    assert TABLE.data["releases"]["0.33.0"]["parallelDraftingTokens"] == [
+        "dflash_config.mask_token_id",
+        "mask_token_id",
+        "dspark_noise_token_id",
+        "pard_token",
+        "ptd_token_id",
+    ]
+    bare = {k: v for k, v in DSPARK_DRAFTER.items() if k != "dspark_noise_token_id"}
+    facts = Facts(TABLE, drafter=drafter_facts(bare, "the drafter's config.json"))
+    failed = fails(run(facts, engine=image("0.33.0")))
+    finding = failed["DrafterLacksParallelDraftingToken"]
+    assert finding.condition == "DrafterPaired"
+    assert "dspark_noise_token_id" in finding.message and "vLLM 0.33.0" in finding.message
+    for given in ({"dflash_config": {"mask_token_id": 7}}, {"mask_token_id": 7}):
+        fine = Facts(TABLE, drafter=drafter_facts({**bare, **given}, "the drafter's config.json"))
+        assert "DrafterLacksParallelDraftingToken" not in fails(run(fine))
+    null = Facts(TABLE, drafter=drafter_facts({**bare, "mask_token_id": None}, "config"))
+    assert "DrafterLacksParallelDraftingToken" in fails(run(null))
+    # Once probed, the probe built the speculator itself and its verdict stands.
+    probed = Facts(TABLE, drafter=facts.drafter, probed={}, probed_release={})
+    assert "DrafterLacksParallelDraftingToken" not in fails(run(probed))
