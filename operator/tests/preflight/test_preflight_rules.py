@@ -778,8 +778,8 @@ def test_a_dspark_drafter_without_a_parallel_drafting_token() -> None:
     finding = failed["DrafterLacksParallelDraftingToken"]
     assert finding.condition == "DrafterPaired"
     assert "dspark_noise_token_id" in finding.message and "vLLM 0.33.0" in finding.message
-    for given in ({"dflash_config": {"mask_token_id": 7}}, {"mask_token_id": 7}):
-        fine = Facts(TABLE, drafter=drafter_facts({**bare, **given}, "the drafter's config.json"))
+    for token in ({"dflash_config": {"mask_token_id": 7}}, {"mask_token_id": 7}):
+        fine = Facts(TABLE, drafter=drafter_facts({**bare, **token}, "the drafter's config.json"))
         assert "DrafterLacksParallelDraftingToken" not in fails(run(fine))
     null = Facts(TABLE, drafter=drafter_facts({**bare, "mask_token_id": None}, "config"))
     assert "DrafterLacksParallelDraftingToken" in fails(run(null))
