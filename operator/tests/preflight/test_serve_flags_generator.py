@@ -8,7 +8,7 @@ import textwrap
 from kimik3_operator.preflight.generate import parallel_drafting_tokens
 from kimik3_operator.preflight.serve_flags import serve_flags
 
-ENGINE = '''
+ENGINE = """
 from vllm.config import CacheConfig
 class EngineArgs:
     @staticmethod
@@ -22,13 +22,13 @@ class EngineArgs:
         parser.add_argument("--disable-log-stats", action="store_true")
         parser.add_argument("--quantization", "-q", type=str)
         parser.add_argument("--enforce-eager", action=argparse.BooleanOptionalAction)
-'''
-CONFIG = '''
+"""
+CONFIG = """
 class CacheConfig:
     block_size: int = 16
     enable_prefix_caching: bool = True
-'''
-CLI = '''
+"""
+CLI = """
 class BaseFrontendArgs:
     lora_modules: list[str] | None = None
     enable_auto_tool_choice: bool = False
@@ -48,7 +48,7 @@ def make_arg_parser(parser):
     parser = FrontendArgs.add_cli_args(parser)
     parser = AsyncEngineArgs.add_cli_args(parser)
     return parser
-'''
+"""
 FILES = {
     "vllm/engine/arg_utils.py": ENGINE,
     "vllm/config/cache.py": CONFIG,
@@ -102,7 +102,7 @@ def test_no_parser_no_flags() -> None:
 
 def test_parallel_drafting_tokens_in_the_order_vllm_tries_them() -> None:
     source = textwrap.dedent(
-        '''
+        """
         def get_parallel_drafting_token_id(hf_config) -> int:
             dflash_config = getattr(hf_config, "dflash_config", None) or {}
             if "mask_token_id" in dflash_config:
@@ -110,7 +110,7 @@ def test_parallel_drafting_tokens_in_the_order_vllm_tries_them() -> None:
             if hasattr(hf_config, "dspark_noise_token_id"):
                 return int(hf_config.dspark_noise_token_id)
             raise ValueError("no token")
-        '''
+        """
     )
     assert parallel_drafting_tokens(source) == [
         "dflash_config.mask_token_id",
