@@ -189,6 +189,11 @@ BAD_SPECS: list[tuple[str, dict[str, Any], str]] = [
         {"engine": {"extraArgs": [f"--x{i}=" + "a" * 4000 for i in range(9)]}},
         "engine.extraArgs together are over 32 KiB",
     ),
+    (
+        "config-too-long",
+        {"drafter": {"config": '{"a": "' + "x" * 33000 + '"}'}},
+        "spec.drafter.config: Too long",
+    ),
     ("typo-field", {"drafter": {"methd": "eagle3"}}, 'unknown field "spec.drafter.methd"'),
     ("typo-value", {"drafter": {"method": "eagel3"}}, "spec.drafter.method: Unsupported value"),
     ("wrong-type", {"replicas": "two"}, "spec.replicas: Invalid value"),

@@ -62,15 +62,14 @@ def checked_resource(path: str, namespace: str = "") -> dict[str, Any]:
 
 
 def static_verdict(spec: KimiK3DeploymentSpec) -> dict[str, Any]:
-    """The static preflight without the checkpoints' configs: what the operator judges
-    before any child."""
-    from kimik3_operator.preflight.facts import drafter_facts, target_facts
+    """The static preflight with the checkpoints' configs the spec gives: what the operator
+    judges before any child."""
+    from kimik3_operator.preflight.gate import given_facts
     from kimik3_operator.preflight.report import report
-    from kimik3_operator.preflight.rules import Facts, run_rules
+    from kimik3_operator.preflight.rules import run_rules
     from kimik3_operator.preflight.table import load_table
 
-    facts = Facts(load_table(), target=target_facts(None, ""), drafter=drafter_facts(None, ""))
-    result: dict[str, Any] = report(run_rules(spec, facts))
+    result: dict[str, Any] = report(run_rules(spec, given_facts(spec, load_table())))
     return result
 
 
@@ -123,6 +122,7 @@ def _read_config(directory: str | None) -> dict[str, Any] | None:
 
 def _cmd_preflight(args: argparse.Namespace) -> int:
     from kimik3_operator.preflight.facts import drafter_facts, target_facts
+    from kimik3_operator.preflight.gate import given_facts
     from kimik3_operator.preflight.report import report
     from kimik3_operator.preflight.rules import Facts, run_rules
     from kimik3_operator.preflight.table import load_table
@@ -135,10 +135,16 @@ def _cmd_preflight(args: argparse.Namespace) -> int:
     except (OSError, ValueError, yaml.YAMLError) as exc:
         print(f"kimik3 preflight: unusable input: {exc}", file=sys.stderr)
         return 1
+    # A file on the command line is read in place of the spec's config.
+    given = given_facts(spec, load_table())
     facts = Facts(
-        load_table(),
-        target=target_facts(model_config, f"{args.model_config}/config.json"),
-        drafter=drafter_facts(drafter_config, f"{args.drafter_config}/config.json"),
+        given.table,
+        target=target_facts(model_config, f"{args.model_config}/config.json")
+        if model_config is not None
+        else given.target,
+        drafter=drafter_facts(drafter_config, f"{args.drafter_config}/config.json")
+        if drafter_config is not None
+        else given.drafter,
     )
     result = report(run_rules(spec, facts))
     if args.pod_security:

@@ -113,6 +113,8 @@ class ModelSpec:
     revision: str = "main"
     architecture: str = TEXT_ONLY_ARCHITECTURE
     served_name: str = ""
+    # The checkpoint's config.json as text: facts for the static stage before the probe.
+    config: str = ""
     source: ModelSource = field(default_factory=lambda: ModelSource(HuggingFaceSource()))
     hf_token_secret_ref: SecretKeyRef | None = None
     cache: ModelCacheSpec | None = None
@@ -133,6 +135,7 @@ class DrafterSpec:
     repo: str = ""
     source: DrafterSource | None = None
     revision: str = "main"
+    config: str = ""
     num_speculative_tokens: int | None = None
     draft_tensor_parallel_size: int | None = None
     draft_sample_method: SampleMethod | None = None

@@ -9,6 +9,7 @@ preflight's, so they carry a finding and a stable reason.
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -19,6 +20,7 @@ from kimik3_operator.api.names import MAX_REPLICAS
 from kimik3_operator.api.quantities import quantity_bytes
 from kimik3_operator.api.spec import KimiK3DeploymentSpec
 from kimik3_operator.api.types import (
+    CHECKPOINT_METHODS,
     DISAGGREGATED_ROLES,
     ParallelismSpec,
     SpecError,
@@ -39,6 +41,10 @@ MAX_CANARY_WINDOW_SECONDS = 6 * 3600
 # The CRD's bound on spec.engine.env's values together: what the operator holds per resource.
 MAX_ENV_BYTES = 64 * 1024
 MAX_EXTRA_ARGS_BYTES = 32 * 1024
+# spec.model.config and spec.drafter.config (the CRD's maxLength), and how deep their JSON
+# may nest: a config.json is a few levels deep.
+MAX_CONFIG_BYTES = 32 * 1024
+MAX_CONFIG_DEPTH = 16
 
 
 def _strings(value: Any, path: str) -> Iterator[tuple[str, str]]:
@@ -135,6 +141,7 @@ def errors(spec: KimiK3DeploymentSpec) -> list[SpecError]:
             )
         )
     found += _drafter_errors(spec)
+    found += _config_errors(spec)
     if not ARCHITECTURE.match(spec.model.architecture):
         found.append(
             SpecError(
@@ -313,6 +320,64 @@ def _cache_errors(spec: KimiK3DeploymentSpec) -> list[SpecError]:
                 cache.size,
                 "is not a storage quantity",
                 'write it as 2Ti or "1800Gi"',
+            )
+        )
+    return found
+
+
+def checkpoint_config(text: str) -> dict[str, Any]:
+    """A config.json given as text in the spec, as its object; ValueError says why not."""
+    if len(text) > MAX_CONFIG_BYTES:
+        raise ValueError(f"is over {MAX_CONFIG_BYTES // 1024} KiB")
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise ValueError(f"nests deeper than {MAX_CONFIG_DEPTH} levels") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(
+            f"is not JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})"
+        ) from None
+    if not isinstance(value, dict):
+        raise ValueError("is not a JSON object")
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > MAX_CONFIG_DEPTH:
+            raise ValueError(f"nests deeper than {MAX_CONFIG_DEPTH} levels")
+        children = (
+            item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
+        )
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+    return value
+
+
+def _config_errors(spec: KimiK3DeploymentSpec) -> list[SpecError]:
+    found: list[SpecError] = []
+    for path, text in (
+        ("spec.model.config", spec.model.config),
+        ("spec.drafter.config", spec.drafter.config),
+    ):
+        if not text:
+            continue
+        try:
+            checkpoint_config(text)
+        except ValueError as exc:
+            found.append(
+                SpecError(
+                    path,
+                    text[:80],
+                    str(exc),
+                    "paste the checkpoint's config.json as it is, or leave it out",
+                )
+            )
+    if spec.drafter.config and spec.drafter.method not in CHECKPOINT_METHODS:
+        found.append(
+            SpecError(
+                "spec.drafter.config",
+                spec.drafter.config[:80],
+                f"is set while drafter.method is {spec.drafter.method}, which loads no "
+                "drafter checkpoint",
+                "remove drafter.config or choose a method with a drafter",
             )
         )
     return found

@@ -10,6 +10,7 @@ from typing import Any
 from kimik3_operator.api.conditions import Condition
 from kimik3_operator.api.constants import ConditionType, Reason
 from kimik3_operator.api.spec import KimiK3DeploymentSpec
+from kimik3_operator.api.validation import checkpoint_config
 from kimik3_operator.preflight.facts import drafter_facts, target_facts
 from kimik3_operator.preflight.probe import ProbeState
 from kimik3_operator.preflight.report import (
@@ -36,6 +37,25 @@ class Gate:
     @property
     def failed(self) -> bool:
         return "False" in (self.capabilities.status, self.drafter.status)
+
+
+def given_facts(spec: KimiK3DeploymentSpec, table: CapabilityTable) -> Facts:
+    """The static stage's facts: the table, and the checkpoints' config.json where the spec
+    gives them (spec.model.config, spec.drafter.config; checked when the spec was parsed)."""
+    return Facts(
+        table,
+        target=target_facts(_given(spec.model.config), "spec.model.config"),
+        drafter=drafter_facts(_given(spec.drafter.config), "spec.drafter.config"),
+    )
+
+
+def _given(text: str) -> dict[str, Any] | None:
+    if not text:
+        return None
+    try:
+        return checkpoint_config(text)
+    except ValueError:
+        return None
 
 
 def probed_facts(table: CapabilityTable, report: Mapping[str, Any]) -> Facts:
@@ -86,7 +106,7 @@ def evaluate(
             capabilities_status(spec, Facts(table), "None", now),
             deploy=True,
         )
-    facts = Facts(table)
+    facts = given_facts(spec, table)
     source = "Table"
     if probe is not None and probe.phase == "Done" and probe.report is not None:
         facts = probed_facts(table, probe.report)

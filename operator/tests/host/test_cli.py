@@ -126,3 +126,33 @@ def test_an_architecture_near_a_kimi_class_gets_it_named(
     resource["spec"]["model"]["architecture"] = "KimiLinearForCausalLm"
     assert main(["preflight", "-f", written(tmp_path, resource)]) == 3
     assert "(did you mean KimiLinearForCausalLM?)" in capsys.readouterr().out
+
+
+def test_the_checkpoints_configs_given_in_the_spec_are_judged_offline(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """spec.model.config and spec.drafter.config: the static verdict on the files' facts,
+    a file on the command line read in their place."""
+    import json
+
+    resource = example()
+    drafter = {
+        "architectures": ["K3DSparkModel"],
+        "model_type": "k3_dspark",
+        "vocab_size": 163840,
+        "target_layer_ids": [2, 23, 47, 71, 89],
+        "num_target_layers": 5,
+        "dspark_noise_token_id": 163838,
+        "mla_use_nope": True,
+    }
+    resource["spec"]["drafter"]["config"] = json.dumps(drafter)
+    assert main(["preflight", "-f", written(tmp_path, resource)]) == 2
+    out = capsys.readouterr().out
+    assert "DrafterConfigRefused" in out and "spec.drafter.config" in out
+    fine = tmp_path / "drafter.json"
+    fine.write_text(json.dumps({**drafter, "mla_use_nope": False}))
+    path = written(tmp_path, resource)
+    assert main(["preflight", "-f", path, "--drafter-config", str(fine)]) == 0
+    resource["spec"]["drafter"]["config"] = "{not json"
+    assert main(["preflight", "-f", written(tmp_path, resource)]) == 1
+    assert "spec.drafter.config" in capsys.readouterr().err

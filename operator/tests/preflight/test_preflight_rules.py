@@ -786,3 +786,66 @@ def test_a_dspark_drafter_without_a_parallel_drafting_token() -> None:
     # Once probed, the probe built the speculator itself and its verdict stands.
     probed = Facts(TABLE, drafter=facts.drafter, probed={}, probed_release={})
     assert "DrafterLacksParallelDraftingToken" not in fails(run(probed))
+
+
+def test_configs_given_in_the_spec_are_the_static_stages_facts() -> None:
+    import json
+
+    from kimik3_operator.preflight.gate import given_facts
+
+    spec = spec_of(
+        model={"config": json.dumps({"text_config": {"num_attention_heads": 64}})},
+        parallelism={"tensor": 24},
+    )
+    failed = fails(run_rules(spec, given_facts(spec, TABLE)))
+    assert "TensorSizeDoesNotDivideHeads" in failed
+    # An EAGLE3 head the table does not know is the probe's to read, unless the spec gives
+    # its config.json.
+    eagle3 = {
+        "method": "eagle3",
+        "repo": "someone/kimi-k3-eagle3",
+        "config": json.dumps(
+            {
+                "architectures": ["LlamaForCausalLMEagle3"],
+                "model_type": "llama",
+                "vocab_size": 163840,
+                "draft_vocab_size": 163840,
+            }
+        ),
+    }
+    unread = spec_of(drafter={k: v for k, v in eagle3.items() if k != "config"})
+    read = spec_of(drafter=eagle3)
+    unknown = {f.reason for f in run_rules(unread, given_facts(unread, TABLE))}
+    assert "DrafterNeedsProbe" in unknown
+    known = {f.reason for f in run_rules(read, given_facts(read, TABLE))}
+    assert "DrafterNeedsProbe" not in known
+
+
+@pytest.mark.parametrize(
+    ("drafter", "why"),
+    [
+        ({"config": "[1, 2]"}, "is not a JSON object"),
+        ({"config": "{"}, "is not JSON"),
+        ({"config": '{"a":' * 20 + "1" + "}" * 20}, "nests deeper than 16 levels"),
+        ({"config": "[" * 5000 + "]" * 5000}, "nests deeper than 16 levels"),
+        ({"method": "ngram", "numSpeculativeTokens": 3, "config": "{}"}, "loads no drafter"),
+    ],
+)
+def test_a_config_given_in_the_spec_is_checked_at_parse(drafter: dict[str, Any], why: str) -> None:
+    with pytest.raises(SpecError) as refused:
+        parse_spec({"drafter": drafter})
+    assert "spec.drafter.config" in str(refused.value) and why in str(refused.value)
+
+
+def test_the_operator_refuses_a_drafter_by_the_config_the_spec_gives() -> None:
+    """Before any probe: the gate judges with spec.drafter.config and holds the GPU pods."""
+    import json
+
+    from kimik3_operator.preflight.gate import evaluate
+
+    drafter = {**DSPARK_DRAFTER, "mla_use_output_gate": True}
+    spec = parse_spec({"drafter": {"config": json.dumps(drafter)}})
+    gate = evaluate(spec, TABLE, "now")
+    assert not gate.deploy
+    assert (gate.drafter.status, gate.drafter.reason) == ("False", "DrafterConfigRefused")
+    assert "spec.drafter.config" in gate.drafter.message
