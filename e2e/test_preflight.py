@@ -98,6 +98,31 @@ def test_a_drafter_its_method_cannot_load_is_refused_with_a_warning(
     assert {e["type"] for e in cluster.events(namespace, f"reason={reason}")} == {"Warning"}
 
 
+def test_a_drafter_config_given_in_the_spec_is_judged_before_any_child(
+    cluster: Cluster,
+    namespace: str,
+    operator: OperatorProcess,
+    wait_condition: Callable[..., dict[str, Any]],
+) -> None:
+    """spec.drafter.config: a DSpark config.json whose options vLLM's config class refuses
+    is refused from the spec alone, before the probe Job, the cache or any group."""
+    from e2e.support.k3_configs import DRAFTER_CONFIG
+
+    resource = example("kimi-k3-text-dspark.yaml")
+    drafter = {**DRAFTER_CONFIG, "mla_use_output_gate": True}
+    resource["spec"]["drafter"]["config"] = json.dumps(drafter)
+    name = resource["metadata"]["name"]
+    cluster.apply(resource, namespace)
+    body = wait_condition(name, namespace, "DrafterPaired", "False", "DrafterConfigRefused")
+    message = condition(body, "DrafterPaired")["message"]
+    assert "spec.drafter.config" in message and "mla_use_output_gate" in message
+    assert cluster.get("lws", name, namespace) is None
+    assert cluster.items("jobs", namespace) == []
+    assert {e["type"] for e in cluster.events(namespace, "reason=DrafterConfigRefused")} == {
+        "Warning"
+    }
+
+
 def test_image_probe_job_then_report_then_deploy(
     cluster: Cluster,
     namespace: str,
