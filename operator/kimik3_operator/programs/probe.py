@@ -683,8 +683,8 @@ def _picks_v2_runner(config: Any) -> bool:
 def _proposer(config: Any, stubbed: list[str]) -> dict[str, Any]:
     """The proposer the release's model runner picks for this configuration, built as that
     runner builds it before the weights: Model Runner V2 by vLLM's own ``init_speculator``
-    (on the meta device). The V1 runner picks inside its own constructor, which needs the
-    GPU; its pick is named only at start. {} without speculative decoding."""
+    (on the meta device). The V1 runner picks inside its own constructor, on the worker's
+    device; its pick is judged at start. {} without speculative decoding."""
     if getattr(config, "speculative_config", None) is None:
         return {}
     try:
@@ -697,7 +697,7 @@ def _proposer(config: Any, stubbed: list[str]) -> dict[str, Any]:
             return {
                 "runner": "v1",
                 "notBuilt": "the V1 model runner picks its proposer in its own constructor, "
-                "which needs the GPU",
+                "on the worker's own device (a GPU, or a CPU image's CPU worker)",
             }
         from vllm.v1.worker.gpu.spec_decode import init_speculator
 
