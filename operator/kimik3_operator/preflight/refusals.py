@@ -67,6 +67,8 @@ FILES: Final[tuple[tuple[str, str], ...]] = (
         r"kda|mla|dsa|linear|latent_moe_runner|low_latency_gemm|index_rope)\.py",
         "model",
     ),
+    # The decode runtime's configuration is read while the model is constructed.
+    (r"vllm/models/kimi_k3/(nvidia|amd|common)/specialized_decode/runtime/__init__\.py", "model"),
     (
         r"vllm/models/kimi_k3/(nvidia|amd|common)/(kda_metadata|model_state|dsa_cache|"
         r"mm_preprocess|(ops|recoverssm|specialized_decode|kv_balanced_mla)/.*)\.py",

@@ -450,6 +450,8 @@ def check_engine(
 REFUSAL_TYPES = (ValueError, AssertionError, NotImplementedError)
 # Where the probe's stand-ins live: an exception raised there is the stand-in's, not a
 # refusal of the configuration.
+# An H100's streaming multiprocessors: what the stand-in device answers for compute units.
+STAND_IN_COMPUTE_UNITS = 132
 STAND_IN_MODULES = ("vllm/platforms/", "vllm/v1/attention/", "vllm/distributed/parallel_state.py")
 
 
@@ -574,6 +576,59 @@ def _stand_in_attention() -> str | None:
     return "attention backends: Triton's in every layer (the GPU picks its own at start)"
 
 
+def _replace_everywhere(original: Any, replacement: Any) -> None:
+    """``original`` replaced in every module that holds it (its own, and those that imported
+    it by name); a module imported later takes the replacement from its own."""
+    for module in list(sys.modules.values()):
+        held = getattr(module, "__dict__", None)
+        if not isinstance(held, dict):
+            continue
+        for name, value in list(held.items()):
+            if value is original:
+                held[name] = replacement
+
+
+def _stand_in_kernels() -> list[str]:
+    """The rest of the kernel choices a GPU platform makes from its device while the models
+    are constructed, each given an answer that changes no shape: the unquantized MoE experts
+    get Triton's kernel (the GPU's oracle picks at start), the MLA prefill PyTorch's SDPA
+    (the GPU picks its own), and the device's compute units (sizing kernel grids) an H100's
+    132. An image built for the CPU keeps its own answers."""
+    if not _on_stand_in():
+        return []
+    from vllm.platforms import current_platform
+
+    said: list[str] = []
+    kind = type(current_platform)
+    kind.num_compute_units = classmethod(lambda cls, device_id=0: STAND_IN_COMPUTE_UNITS)
+    said.append(f"compute units: {STAND_IN_COMPUTE_UNITS} (they size kernel grids, no shape)")
+    try:
+        oracle: Any = importlib.import_module(
+            "vllm.model_executor.layers.fused_moe.oracle.unquantized"
+        )
+        from vllm.model_executor.layers.fused_moe.experts.triton_moe import TritonExperts
+
+        def moe_backend(*args: Any, **kwargs: Any) -> tuple[Any, Any]:
+            return oracle.UnquantizedMoeBackend.TRITON, TritonExperts
+
+        _replace_everywhere(oracle.select_unquantized_moe_backend, moe_backend)
+        said.append("MoE experts: Triton's kernel (the GPU's oracle picks at start)")
+    except (ImportError, AttributeError):
+        pass
+    try:
+        prefill: Any = importlib.import_module("vllm.v1.attention.backends.mla.prefill")
+        from vllm.v1.attention.backends.mla.prefill.cpu_sdpa import CPUSDPAMLAPrefillBackend
+
+        def prefill_backend(*args: Any, **kwargs: Any) -> Any:
+            return CPUSDPAMLAPrefillBackend
+
+        _replace_everywhere(prefill.get_mla_prefill_backend, prefill_backend)
+        said.append("MLA prefill: PyTorch's SDPA (the GPU picks its own at start)")
+    except (ImportError, AttributeError):
+        pass
+    return said
+
+
 class _InertStream:
     """Stands for a CUDA stream or event on a node without a driver: a constructor keeps the
     handle for the forward pass, which the probe never runs."""
@@ -618,6 +673,7 @@ def check_construction(config: Any) -> dict[str, Any]:
         attention = _stand_in_attention()
         if attention:
             stubbed.append(attention)
+        stubbed.extend(_stand_in_kernels())
     except Exception as exc:  # not vLLM's verdict on the models: say why it was not asked
         return {"skipped": _short(exc)}
     speculative = getattr(config, "speculative_config", None)

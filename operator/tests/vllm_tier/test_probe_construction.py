@@ -74,7 +74,7 @@ CASES: dict[str, dict[str, Any]] = {
     "kv-heads": {"argv": leader(4, EAGLE3), "target": llama(16, 6), "drafter": eagle3(4, 2)},
     # The drafter's 4 heads over 3 KV heads: its attention layer refuses it.
     "drafter-heads": {"argv": leader(1, EAGLE3), "target": llama(16, 4), "drafter": eagle3(4, 3)},
-    # The Kimi-K3 stand-ins with DSpark at TP 8: what the GPU's kernels decide is not judged.
+    # The Kimi-K3 stand-ins with DSpark at TP 8: the real NVIDIA classes, constructed.
     "kimi-k3": {
         "argv": [
             *leader(8, {"method": "dspark", "num_speculative_tokens": 8}),
@@ -210,21 +210,26 @@ def test_a_drafter_its_class_refuses_is_named_on_the_drafter_condition(
 
 
 @pytest.mark.parametrize("name", ["kimi-k3", "kimi-k3-two-nodes"])
-def test_what_only_a_gpu_decides_is_said_not_refused(
+def test_the_kimi_k3_classes_construct_with_the_gpus_kernel_choices_stood_in(
     answers: dict[str, dict[str, Any]], name: str
 ) -> None:
+    """The Kimi-K3 NVIDIA target and the DSpark drafter, the real classes of the GPU wheel,
+    at tensor 8 and at 16 over two nodes: the choices the GPU makes from its device (MoE
+    kernel, MLA prefill, compute units) are stood in and said, and every layer is built."""
     answer = answers[name]
     assert answer["ok"] is True
     built = answer["construct"]
-    assert "model" not in built, built  # no refusal: the stand-ins carry every field read
-    assert set(built["notBuilt"]) == {"target", "drafter"}
-    assert all(" (at " in why for why in built["notBuilt"].values())
-    # The DSpark speculator needs no kernel to be built: it is, and the rest is left to start.
+    assert built["ok"] is True, built
+    assert built["built"] == ["target: KimiLinearForCausalLM", "drafter: K3DSparkForCausalLM"]
+    assert built["notBuilt"] == {}
     assert built["proposer"] == {"runner": "v2", "class": "DSparkSpeculator"}
+    stubbed = " | ".join(built["stubbed"])
+    for stand_in in ("MoE experts: Triton's kernel", "MLA prefill", "compute units: 132"):
+        assert stand_in in stubbed, stubbed
     [finding] = findings(name, answer)
     assert (finding.status, finding.reason) == ("Pass", Reason.MODELS_CONSTRUCTED)
-    assert "DSparkSpeculator" in finding.message
-    assert "the target not constructed on the probe's CPU node" in finding.message
+    assert "KimiLinearForCausalLM" in finding.message and "DSparkSpeculator" in finding.message
+    assert "not constructed" not in finding.message
     size = 16 if name == "kimi-k3-two-nodes" else 8
     assert f"rank 0 of each parallel group (tp={size}), no peers" in built["stubbed"]
 
