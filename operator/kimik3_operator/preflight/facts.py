@@ -25,6 +25,8 @@ class TargetFacts:
     mtp_layers: int | None = None
     # The classes its config.json declares: what vLLM will instantiate.
     architectures: tuple[str, ...] = ()
+    # Heads of its linear-attention (KDA) layers, which shard over the tensor size too.
+    linear_heads: int | None = None
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,9 @@ def target_facts(config: Mapping[str, Any] | None, source: str = "config.json") 
         or _int(config.get("max_position_embeddings")),
         # vLLM's kimi_linear config defaults it to 0.
         mtp_layers=_int(text.get("num_nextn_predict_layers")) or 0,
+        linear_heads=_int((text.get("linear_attn_config") or {}).get("num_heads"))
+        if isinstance(text.get("linear_attn_config"), Mapping)
+        else None,
         architectures=tuple(
             str(a) for a in (config.get("architectures") or []) if isinstance(a, str)
         )

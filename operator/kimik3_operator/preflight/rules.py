@@ -426,19 +426,24 @@ def check_heads(ctx: Context) -> Iterable[Finding]:
     if _shape_unknown(ctx):
         return
     spec, target = ctx.spec, ctx.facts.target
-    tp, heads = spec.parallelism.tensor, target.attention_heads
-    if heads % tp == 0:
+    tp = spec.parallelism.tensor
+    # The attention heads, and where the config gives them the linear-attention layers'
+    # (Kimi's KDA layers shard their heads over the tensor size as well).
+    kinds = [("attention heads", target.attention_heads)]
+    if target.linear_heads:
+        kinds.append(("linear-attention (KDA) heads", target.linear_heads))
+    refused = [(what, heads) for what, heads in kinds if heads % tp]
+    if not refused:
+        said = " and ".join(f"the {heads} {what}" for what, heads in kinds)
         yield Finding(
-            "tensor-heads",
-            "Pass",
-            Reason.TENSOR_SIZE_DIVIDES_HEADS,
-            f"tensor {tp} divides the {heads} attention heads",
+            "tensor-heads", "Pass", Reason.TENSOR_SIZE_DIVIDES_HEADS, f"tensor {tp} divides {said}"
         )
         return
+    what, heads = refused[0]
     valid = [
         d
-        for d in range(1, heads + 1)
-        if heads % d == 0
+        for d in range(1, max(h for _, h in kinds) + 1)
+        if all(h % d == 0 for _, h in kinds)
         and _fits_nodes(d * spec.parallelism.pipeline, spec.placement.gpus_per_node)
     ]
     yield Finding(
@@ -446,7 +451,7 @@ def check_heads(ctx: Context) -> Iterable[Finding]:
         "Fail",
         Reason.TENSOR_SIZE_DOES_NOT_DIVIDE_HEADS,
         (
-            f"spec.parallelism.tensor={tp} does not divide the {heads} attention heads "
+            f"spec.parallelism.tensor={tp} does not divide the {heads} {what} "
             f"({target.source}); use one of {valid}"
         ),
     )

@@ -849,3 +849,17 @@ def test_the_operator_refuses_a_drafter_by_the_config_the_spec_gives() -> None:
     assert not gate.deploy
     assert (gate.drafter.status, gate.drafter.reason) == ("False", "DrafterConfigRefused")
     assert "spec.drafter.config" in gate.drafter.message
+
+
+def test_linear_attention_heads_from_the_config_shard_over_the_tensor_size() -> None:
+    """Kimi's KDA layers assert their own heads divide the tensor size, which vLLM's
+    configuration does not check (the probe's construction refuses it too)."""
+    text = {"num_attention_heads": 96, "linear_attn_config": {"num_heads": 24}}
+    facts = Facts(TABLE, target=target_facts({"text_config": text}, "spec.model.config"))
+    failed = fails(run(facts, parallelism={"tensor": 16}))
+    message = failed["TensorSizeDoesNotDivideHeads"].message
+    assert "the 24 linear-attention (KDA) heads" in message and "use one of [1, 2, 3, 4, 6, 8, 24]" in message
+    passed = run(facts, parallelism={"tensor": 8})
+    assert "TensorSizeDoesNotDivideHeads" not in fails(passed)
+    [heads] = [f for f in passed if f.id == "tensor-heads"]
+    assert "the 96 attention heads and the 24 linear-attention (KDA) heads" in heads.message

@@ -108,6 +108,25 @@ CASES: dict[str, dict[str, Any]] = {
         "target": TARGET_CONFIG,
         "drafter": {k: v for k, v in DRAFTER_CONFIG.items() if k != "target_hidden_size"},
     },
+    # A Kimi-K3 checkpoint whose linear-attention (KDA) layers have 24 heads, at tensor 16:
+    # vLLM's configuration checks the 96 attention heads only; the KDA layer asserts its own.
+    "kimi-k3-kda-heads": {
+        "argv": [
+            *leader(16, {"method": "dspark", "num_speculative_tokens": 8}),
+            "--trust-remote-code",
+        ],
+        "target": {
+            **TARGET_CONFIG,
+            "text_config": {
+                **TARGET_CONFIG["text_config"],
+                "linear_attn_config": {
+                    **TARGET_CONFIG["text_config"]["linear_attn_config"],
+                    "num_heads": 24,
+                },
+            },
+        },
+        "drafter": DRAFTER_CONFIG,
+    },
     # The drafter's config.json without the token its parallel drafting slots are filled
     # with: the models construct, and Model Runner V2's DSpark speculator refuses it.
     "kimi-k3-no-noise-token": {
@@ -256,3 +275,17 @@ def test_a_drafter_its_speculator_refuses_is_named_on_the_drafter_condition(
     assert finding.condition == ConditionType.DRAFTER_PAIRED
     assert "the drafter's proposer (model runner v2)" in finding.message
     assert "spec.drafter" in finding.message
+
+
+def test_a_kimi_k3_shape_its_own_class_refuses_is_refused(
+    answers: dict[str, dict[str, Any]],
+) -> None:
+    answer = answers["kimi-k3-kda-heads"]
+    assert answer["ok"] is True  # VllmConfig alone passes it
+    built = answer["construct"]
+    assert built["model"] == "target", built
+    assert built["site"].startswith("vllm/models/kimi_k3/nvidia/kda.py:")
+    assert "num_heads % self.tp_size" in built["error"]
+    [finding] = findings("kimi-k3-kda-heads", answer)
+    assert (finding.status, finding.reason) == ("Fail", Reason.MODEL_CONSTRUCTION_REFUSED)
+    assert finding.condition == ConditionType.CAPABILITIES_VERIFIED
