@@ -44,12 +44,12 @@ def given_facts(spec: KimiK3DeploymentSpec, table: CapabilityTable) -> Facts:
     gives them (spec.model.config, spec.drafter.config; checked when the spec was parsed)."""
     return Facts(
         table,
-        target=target_facts(_given(spec.model.config), "spec.model.config"),
-        drafter=drafter_facts(_given(spec.drafter.config), "spec.drafter.config"),
+        target=target_facts(_spec_config(spec.model.config), "spec.model.config"),
+        drafter=drafter_facts(_spec_config(spec.drafter.config), "spec.drafter.config"),
     )
 
 
-def _given(text: str) -> dict[str, Any] | None:
+def _spec_config(text: str) -> dict[str, Any] | None:
     if not text:
         return None
     try:

@@ -276,7 +276,8 @@ def parallel_drafting_tokens(source: str) -> list[str]:
     )
     if function is None:
         return []
-    found: list[str] = []
+    # (line, column, field): vLLM tries the fields in the order it names them.
+    found: list[tuple[int, int, str]] = []
     for node in ast.walk(function):
         # getattr(hf_config, "x", ...) / hasattr(hf_config, "x")
         if (
@@ -288,7 +289,7 @@ def parallel_drafting_tokens(source: str) -> list[str]:
             and isinstance(node.args[1].value, str)
             and ast.unparse(node.args[0]) == "hf_config"
         ):
-            found.append(node.args[1].value)
+            found.append((node.lineno, node.col_offset, node.args[1].value))
         # "mask_token_id" in dflash_config
         if (
             isinstance(node, ast.Compare)
@@ -297,19 +298,10 @@ def parallel_drafting_tokens(source: str) -> list[str]:
             and isinstance(node.left.value, str)
             and isinstance(node.comparators[0], ast.Name)
         ):
-            found.append(f"{node.comparators[0].id}.{node.left.value}")
+            name = f"{node.comparators[0].id}.{node.left.value}"
+            found.append((node.lineno, node.col_offset, name))
     # "dflash_config" itself is the holder of a nested field, not a token.
-    tokens = [name for name in found if name != "dflash_config"]
-    return [str(name) for name in dict.fromkeys(sorted(tokens, key=lambda n: _line(function, n)))]
-
-
-def _line(function: ast.FunctionDef, name: str) -> int:
-    """Where ``name`` is first tried in ``function``: the order vLLM tries the fields."""
-    field = name.rsplit(".", 1)[-1]
-    return min(
-        (n.lineno for n in ast.walk(function) if isinstance(n, ast.Constant) and n.value == field),
-        default=0,
-    )
+    return list(dict.fromkeys(name for *_, name in sorted(found) if name != "dflash_config"))
 
 
 def release_capabilities(wheel: Wheel) -> dict[str, Any]:

@@ -20,7 +20,7 @@ import os
 import pathlib
 import sys
 import traceback
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 K3_PACKAGE = "vllm.models.kimi_k3"
@@ -448,10 +448,10 @@ def check_engine(
 # What a model's constructor raises when it refuses its configuration (vLLM's own idioms:
 # `assert heads % tp_size == 0`, `raise ValueError(...)`, `raise NotImplementedError(...)`).
 REFUSAL_TYPES = (ValueError, AssertionError, NotImplementedError)
-# Where the probe's stand-ins live: an exception raised there is the stand-in's, not a
-# refusal of the configuration.
 # An H100's streaming multiprocessors: what the stand-in device answers for compute units.
 STAND_IN_COMPUTE_UNITS = 132
+# Where the probe's stand-ins live: an exception raised there is the stand-in's, not a
+# refusal of the configuration.
 STAND_IN_MODULES = ("vllm/platforms/", "vllm/v1/attention/", "vllm/distributed/parallel_state.py")
 
 
@@ -598,35 +598,52 @@ def _stand_in_kernels() -> list[str]:
         return []
     from vllm.platforms import current_platform
 
-    said: list[str] = []
     kind = type(current_platform)
     kind.num_compute_units = classmethod(lambda cls, device_id=0: STAND_IN_COMPUTE_UNITS)
-    said.append(f"compute units: {STAND_IN_COMPUTE_UNITS} (they size kernel grids, no shape)")
-    try:
-        oracle: Any = importlib.import_module(
-            "vllm.model_executor.layers.fused_moe.oracle.unquantized"
-        )
-        from vllm.model_executor.layers.fused_moe.experts.triton_moe import TritonExperts
-
-        def moe_backend(*args: Any, **kwargs: Any) -> tuple[Any, Any]:
-            return oracle.UnquantizedMoeBackend.TRITON, TritonExperts
-
-        _replace_everywhere(oracle.select_unquantized_moe_backend, moe_backend)
-        said.append("MoE experts: Triton's kernel (the GPU's oracle picks at start)")
-    except (ImportError, AttributeError):
-        pass
-    try:
-        prefill: Any = importlib.import_module("vllm.v1.attention.backends.mla.prefill")
-        from vllm.v1.attention.backends.mla.prefill.cpu_sdpa import CPUSDPAMLAPrefillBackend
-
-        def prefill_backend(*args: Any, **kwargs: Any) -> Any:
-            return CPUSDPAMLAPrefillBackend
-
-        _replace_everywhere(prefill.get_mla_prefill_backend, prefill_backend)
-        said.append("MLA prefill: PyTorch's SDPA (the GPU picks its own at start)")
-    except (ImportError, AttributeError):
-        pass
+    said = [f"compute units: {STAND_IN_COMPUTE_UNITS} (they size kernel grids, no shape)"]
+    # (module, its selecting function, the answer given that module, what the report says)
+    choices: tuple[tuple[str, str, Callable[[Any], Any], str], ...] = (
+        (
+            "vllm.model_executor.layers.fused_moe.oracle.unquantized",
+            "select_unquantized_moe_backend",
+            lambda oracle: (
+                oracle.UnquantizedMoeBackend.TRITON,
+                _attribute("vllm.model_executor.layers.fused_moe.experts.triton_moe:TritonExperts"),
+            ),
+            "MoE experts: Triton's kernel (the GPU's oracle picks at start)",
+        ),
+        (
+            "vllm.v1.attention.backends.mla.prefill",
+            "get_mla_prefill_backend",
+            lambda _: _attribute(
+                "vllm.v1.attention.backends.mla.prefill.cpu_sdpa:CPUSDPAMLAPrefillBackend"
+            ),
+            "MLA prefill: PyTorch's SDPA (the GPU picks its own at start)",
+        ),
+    )
+    for module_name, function, answer_for, note in choices:
+        try:
+            module = importlib.import_module(module_name)
+            _replace_everywhere(getattr(module, function), _answering(answer_for(module)))
+        except (ImportError, AttributeError):
+            continue
+        said.append(note)
     return said
+
+
+def _attribute(path: str) -> Any:
+    """``module:name``, imported."""
+    module, name = path.split(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def _answering(answer: Any) -> Callable[..., Any]:
+    """A selecting function that always gives ``answer``."""
+
+    def choice(*args: Any, **kwargs: Any) -> Any:
+        return answer
+
+    return choice
 
 
 class _InertStream:

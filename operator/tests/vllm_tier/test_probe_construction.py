@@ -198,19 +198,28 @@ def test_a_draft_model_with_the_targets_layer_names_constructs(
     assert built["proposer"] == {"runner": "v2", "class": "StandaloneARSpeculator"}
 
 
-def test_kv_heads_vllms_configuration_accepts_are_refused_by_the_class(
-    answers: dict[str, dict[str, Any]],
+@pytest.mark.parametrize(
+    ("name", "file", "statement"),
+    [
+        # A Llama target's KV heads.
+        ("kv-heads", "vllm/model_executor/models/llama.py", "total_num_kv_heads % tp_size"),
+        # The Kimi-K3 NVIDIA class's own KDA layer.
+        ("kimi-k3-kda-heads", "vllm/models/kimi_k3/nvidia/kda.py", "num_heads % self.tp_size"),
+    ],
+)
+def test_a_target_shape_vllms_configuration_accepts_is_refused_by_the_class(
+    answers: dict[str, dict[str, Any]], name: str, file: str, statement: str
 ) -> None:
-    answer = answers["kv-heads"]
+    answer = answers[name]
     assert answer["ok"] is True  # VllmConfig alone passes it
     built = answer["construct"]
-    assert built["ok"] is False and built["model"] == "target"
-    assert built["site"].startswith("vllm/model_executor/models/llama.py:")
-    assert "total_num_kv_heads % tp_size" in built["error"]
-    [finding] = findings("kv-heads", answer)
+    assert built["ok"] is False and built["model"] == "target", built
+    assert built["site"].startswith(f"{file}:")
+    assert statement in built["error"]
+    [finding] = findings(name, answer)
     assert (finding.status, finding.reason) == ("Fail", Reason.MODEL_CONSTRUCTION_REFUSED)
     assert finding.condition == ConditionType.CAPABILITIES_VERIFIED
-    assert "llama.py" in finding.message and "spec.model" in finding.message
+    assert file.rsplit("/", 1)[1] in finding.message and "spec.model" in finding.message
 
 
 def test_a_drafter_its_class_refuses_is_named_on_the_drafter_condition(
@@ -275,17 +284,3 @@ def test_a_drafter_its_speculator_refuses_is_named_on_the_drafter_condition(
     assert finding.condition == ConditionType.DRAFTER_PAIRED
     assert "the drafter's proposer (model runner v2)" in finding.message
     assert "spec.drafter" in finding.message
-
-
-def test_a_kimi_k3_shape_its_own_class_refuses_is_refused(
-    answers: dict[str, dict[str, Any]],
-) -> None:
-    answer = answers["kimi-k3-kda-heads"]
-    assert answer["ok"] is True  # VllmConfig alone passes it
-    built = answer["construct"]
-    assert built["model"] == "target", built
-    assert built["site"].startswith("vllm/models/kimi_k3/nvidia/kda.py:")
-    assert "num_heads % self.tp_size" in built["error"]
-    [finding] = findings("kimi-k3-kda-heads", answer)
-    assert (finding.status, finding.reason) == ("Fail", Reason.MODEL_CONSTRUCTION_REFUSED)
-    assert finding.condition == ConditionType.CAPABILITIES_VERIFIED
