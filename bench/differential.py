@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
 import itertools
 import json
 import math
@@ -48,8 +49,12 @@ sys.path.insert(0, str(ROOT / "operator"))
 
 from kimik3_operator.api.constants import Reason  # noqa: E402 - after the path
 from kimik3_operator.api.parse import parse_spec  # noqa: E402
-from kimik3_operator.api.types import SpecError  # noqa: E402
+from kimik3_operator.api.types import (  # noqa: E402
+    GQA_ARCHITECTURES,
+    SpecError,
+)
 from kimik3_operator.builders.command import expanded_serve_args  # noqa: E402
+from kimik3_operator.preflight.drafter_methods import judge  # noqa: E402
 from kimik3_operator.preflight.facts import (  # noqa: E402
     KIMI_K3_CONTEXT,
     KIMI_K3_EXPERTS,
@@ -57,8 +62,13 @@ from kimik3_operator.preflight.facts import (  # noqa: E402
     KIMI_K3_VOCAB,
     drafter_facts,
 )
-from kimik3_operator.preflight.rules import Facts, run_rules  # noqa: E402
-from kimik3_operator.preflight.table import format_version, load_table  # noqa: E402
+from kimik3_operator.preflight.gate import given_facts  # noqa: E402
+from kimik3_operator.preflight.rules import run_rules  # noqa: E402
+from kimik3_operator.preflight.table import (  # noqa: E402
+    format_version,
+    load_table,
+    parse_version,
+)
 from kimik3_operator.programs import probe as probe_script  # noqa: E402
 
 RECORD = ROOT / "operator" / "kimik3_operator" / "data" / "differential.json"
@@ -75,13 +85,58 @@ DECIDED_LATER = frozenset(
         Reason.GPUS_DO_NOT_FILL_NODES,
         # Model Runner V2's speculator, built after the configuration.
         Reason.DRAFTER_LACKS_PARALLEL_DRAFTING_TOKEN,
+        # A drafter of another vocabulary: vLLM starts it (K3 DSpark's own draft vocabulary
+        # aside) and rejects its every draft.
+        Reason.DRAFTER_VOCABULARY_MISMATCH,
     }
 )
+
+
+def decided_later(point: Mapping[str, Any], version: str) -> frozenset[str]:
+    """DECIDED_LATER, and what the rules say of a drafter the method does not load, where
+    vLLM renames it to a class its registry has (dspark's DeepSeek-V4 DSparkDraftModel): the
+    configuration builds, and the model fails when it is constructed or loaded."""
+    release = load_table().release(parse_version(version)) or {}
+    config = drafter_config(point)
+    architectures = config.get("architectures") or [None]
+    verdict = (
+        judge(release, point["method"], architectures[0], config.get("model_type"))
+        if uses_drafter_config(point) and architectures[0]
+        else None
+    )
+    registered = set(release.get("speculativeArchitectures") or [])
+    if verdict is not None and not verdict.loadable and verdict.becomes in registered:
+        return DECIDED_LATER | {
+            Reason.DRAFTER_ARCHITECTURE_UNSUPPORTED_BY_METHOD,
+            Reason.DRAFTER_ARCHITECTURE_MISMATCH,
+            Reason.DRAFTER_TARGET_LAYERS_INVALID,
+        }
+    return DECIDED_LATER
+
+
 DSPARK_REPO = "RedHatAI/Kimi-K3-speculator.dspark"
 
 
+# The other attention type: a grouped-query Llama (64 query heads over 8 KV heads), whose
+# config.json the spec gives (spec.model.config), as the static stage then judges it.
+GQA_TARGET: dict[str, Any] = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "num_attention_heads": 64,
+    "num_key_value_heads": 8,
+    "hidden_size": 8192,
+    "intermediate_size": 28672,
+    "num_hidden_layers": 80,
+    "vocab_size": 128256,
+    "max_position_embeddings": 131072,
+}
+
+
 def target_config(architecture: str) -> dict[str, Any]:
-    """Kimi-K3's config.json as published (facts.py): MLA attention, 896 experts."""
+    """Kimi-K3's config.json as published (facts.py): MLA attention, 896 experts; or the GQA
+    Llama's."""
+    if architecture in GQA_ARCHITECTURES:
+        return {**GQA_TARGET, "architectures": [architecture]}
     return {
         "model_type": "kimi_k3",
         "architectures": [architecture],
@@ -114,18 +169,67 @@ DSPARK_CONFIG: dict[str, Any] = {
     "dspark_noise_token_id": 163838,
 }
 
-# The drafter's config.json as published, and as some checkpoints have it: what vLLM's
-# K3DSparkConfig refuses when it reads the file. A variant is judged by the static rules with
-# the file read (as the probe reads it, or `kimik3 preflight --drafter-config`); the
-# published file as the static stage alone knows the paired repository.
-DRAFTER_VARIANTS: dict[str, dict[str, Any]] = {
-    "published": {},
-    "mla_use_nope": {"mla_use_nope": True},
-    "mla_use_output_gate": {"mla_use_output_gate": True},
-    "q_lora_rank_null": {"q_lora_rank": None},
-    "draft_vocab": {"draft_vocab_size": 32000},
-    "target_layers": {"num_target_layers": 4},
-    "no_parallel_drafting_token": {"dspark_noise_token_id": None},
+# EAGLE3 and DFlash heads of the EAGLE3 family's other kinds, shaped for Kimi-K3 (hidden size
+# 7168, its vocabulary): a Llama EAGLE3 head and a Qwen3 DFlash head.
+EAGLE3_HEAD: dict[str, Any] = {
+    "architectures": ["LlamaForCausalLMEagle3"],
+    "model_type": "llama",
+    "hidden_size": 7168,
+    "intermediate_size": 18432,
+    "num_attention_heads": 64,
+    "num_key_value_heads": 8,
+    "num_hidden_layers": 1,
+    "vocab_size": KIMI_K3_VOCAB,
+    "draft_vocab_size": 32000,
+    "max_position_embeddings": 131072,
+}
+DFLASH_HEAD: dict[str, Any] = {
+    "architectures": ["DFlashDraftModel"],
+    "model_type": "qwen3",
+    "hidden_size": 7168,
+    "intermediate_size": 18432,
+    "num_attention_heads": 64,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "num_hidden_layers": 2,
+    "vocab_size": KIMI_K3_VOCAB,
+    "max_position_embeddings": 131072,
+    "block_size": 16,
+    "dflash_config": {"mask_token_id": 163838, "target_layer_ids": [1, 30, 60, 89]},
+}
+
+
+def _without_nulls(config: Mapping[str, Any], base: Mapping[str, Any]) -> dict[str, Any]:
+    """A field a variant sets to None is left out of the file."""
+    return {k: v for k, v in config.items() if v is not None or k not in base}
+
+
+# The drafter's config.json, (its repository, the file): the DSpark drafter as published and
+# as some checkpoints have it (what vLLM's K3DSparkConfig refuses when it reads the file), and
+# heads of the other kinds. A variant is judged by the static rules with the file read (as
+# the probe reads it, or `kimik3 preflight --drafter-config`); the published file as the
+# static stage alone knows the paired repository.
+DRAFTER_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
+    name: (DSPARK_REPO, _without_nulls({**DSPARK_CONFIG, **changed}, DSPARK_CONFIG))
+    for name, changed in {
+        "published": {},
+        "mla_use_nope": {"mla_use_nope": True},
+        "mla_use_output_gate": {"mla_use_output_gate": True},
+        "q_lora_rank_null": {"q_lora_rank": None},
+        "draft_vocab": {"draft_vocab_size": 32000},
+        "target_layers": {"num_target_layers": 4},
+        "no_parallel_drafting_token": {"dspark_noise_token_id": None},
+        # Where dspark takes its token count from 0.31.0 when the spec gives none.
+        "block_size": {"block_size": 8},
+    }.items()
+} | {
+    "eagle3_head": ("example/kimi-k3-eagle3-head", EAGLE3_HEAD),
+    # 28 heads: the draft model's attention against the draft tensor-parallel size.
+    "eagle3_head_28_heads": (
+        "example/kimi-k3-eagle3-head",
+        {**EAGLE3_HEAD, "num_attention_heads": 28, "num_key_value_heads": 4},
+    ),
+    "dflash_head": ("example/kimi-k3-dflash-head", DFLASH_HEAD),
 }
 
 # engine.extraArgs as users write them: each judged by the static check against the
@@ -156,6 +260,7 @@ AXES: dict[str, Sequence[Any]] = {
         "KimiLinearForCausalLM",
         "KimiK3ForConditionalGeneration",
         "KimiK31ForConditionalGeneration",
+        *GQA_ARCHITECTURES,
     ),
     "platform": ("nvidia", "amd"),
     "method": ("dspark", "eagle3", "dflash", "mtp", "ngram", "none"),
@@ -175,14 +280,17 @@ AXES: dict[str, Sequence[Any]] = {
 def spec_of(point: Mapping[str, Any]) -> dict[str, Any]:
     tensor, pipeline = point["parallel"]
     drafter: dict[str, Any] = {"method": point["method"]}
-    if point["method"] in ("dspark", "eagle3", "dflash"):
-        drafter["repo"] = DSPARK_REPO
+    if uses_drafter_config(point):
+        drafter["repo"] = DRAFTER_VARIANTS[point.get("drafter_config", "published")][0]
     if point["tokens"] is not None and point["method"] != "none":
         drafter["numSpeculativeTokens"] = point["tokens"]
     if point["method"] in ("dspark", "eagle3", "dflash", "draft_model"):
         drafter["draftSampleMethod"], drafter["rejectionSampleMethod"] = point["samples"]
+    model: dict[str, Any] = {"architecture": point["architecture"]}
+    if point["architecture"] in GQA_ARCHITECTURES:
+        model["config"] = json.dumps(target_config(point["architecture"]))
     return {
-        "model": {"architecture": point["architecture"]},
+        "model": model,
         "drafter": drafter,
         "engine": {
             "platform": point["platform"],
@@ -230,11 +338,12 @@ def sample_points(size: int, seed: int) -> list[dict[str, Any]]:
 def kind_of(point: Mapping[str, Any]) -> str:
     pipeline = point["parallel"][1]
     parallel = "pp" if pipeline > 1 else "dcp" if point["decode_context"] > 1 else "tp"
+    attention = "gqa/" if point["architecture"] in GQA_ARCHITECTURES else ""
     variant = point.get("drafter_config", "published")
     read = f"/{variant}" if variant != "published" and uses_drafter_config(point) else ""
     extra = point.get("extra_args", "none")
     args = f"/args={extra}" if extra != "none" else ""
-    return f"{point['method']}/{parallel}{read}{args}"
+    return f"{attention}{point['method']}/{parallel}{read}{args}"
 
 
 def image_of(point: Mapping[str, Any], version: str) -> str:
@@ -246,11 +355,8 @@ def uses_drafter_config(point: Mapping[str, Any]) -> bool:
 
 
 def drafter_config(point: Mapping[str, Any]) -> dict[str, Any]:
-    """The drafter's config.json for the point's variant; a field the variant sets to None
-    is left out of the file."""
-    variant = DRAFTER_VARIANTS[point.get("drafter_config", "published")]
-    merged = {**DSPARK_CONFIG, **variant}
-    return {k: v for k, v in merged.items() if v is not None or k not in DSPARK_CONFIG}
+    """The drafter's config.json for the point's variant."""
+    return dict(DRAFTER_VARIANTS[point.get("drafter_config", "published")][1])
 
 
 @dataclass(frozen=True)
@@ -274,9 +380,13 @@ def static_verdict(
         parsed = parse_spec(data)
     except SpecError:
         return None
-    facts = Facts(load_table())
+    # As the operator judges it: the configs the spec gives (spec.model.config), and the
+    # drafter's config.json where it is read.
+    facts = given_facts(parsed, load_table())
     if drafter is not None:
-        facts = Facts(load_table(), drafter=drafter_facts(drafter, "the drafter's config.json"))
+        facts = dataclasses.replace(
+            facts, drafter=drafter_facts(drafter, "the drafter's config.json")
+        )
     findings = run_rules(parsed, facts)
     failed = tuple(sorted({str(f.reason) for f in findings if f.status == "Fail"}))
     if failed:
@@ -355,6 +465,7 @@ class Outcome:
     static: Static
     vllm_ok: bool
     vllm_error: str
+    later: frozenset[str] = DECIDED_LATER
 
     @property
     def verdict(self) -> str:
@@ -365,7 +476,7 @@ class Outcome:
             return "agree" if self.vllm_ok else "rule bug"
         if not self.vllm_ok:
             return "agree"
-        return "earlier" if set(self.static.reasons) <= DECIDED_LATER else "false alarm"
+        return "earlier" if set(self.static.reasons) <= self.later else "false alarm"
 
 
 def compare(
@@ -379,6 +490,7 @@ def compare(
     cases: list[dict[str, Any]] = []
     kinds: dict[str, str] = {}
     described: dict[str, str] = {}
+    later: dict[str, frozenset[str]] = {}
     unreadable = 0
     for number, point in enumerate(points):
         spec = spec_of(point)
@@ -392,6 +504,7 @@ def compare(
             continue
         case_id = str(number)
         statics[case_id], kinds[case_id] = static, kind_of(point)
+        later[case_id] = decided_later(point, version)
         described[case_id] = " ".join(f"{k}={v}" for k, v in point.items())
         cases.append(case_of(case_id, spec, version, config))
     answers = ask_vllm(python, cases, env)
@@ -403,6 +516,7 @@ def compare(
             statics[case_id],
             bool(answers.get(case_id, {}).get("ok")),
             str(answers.get(case_id, {}).get("error", "")),
+            later[case_id],
         )
         for case_id in statics
     ]

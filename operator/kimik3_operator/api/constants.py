@@ -259,6 +259,8 @@ class Reason(StrEnum):
     DSPARK_REFUSES_DECODE_CONTEXT_PARALLEL = "DSparkRefusesDecodeContextParallel"
     DSPARK_REFUSES_PIPELINE_PARALLEL = "DSparkRefusesPipelineParallel"
     DECODE_CONTEXT_PARALLEL_SUPPORTED = "DecodeContextParallelSupported"
+    DECODE_CONTEXT_EXCEEDS_KV_HEADS = "DecodeContextExceedsKVHeads"
+    EXPERT_PARALLEL_WITHOUT_EXPERTS = "ExpertParallelWithoutExperts"
     DRAFT_TENSOR_PARALLEL_SIZE_INVALID = "DraftTensorParallelSizeInvalid"
     DRAFTER_ARCHITECTURE_MISMATCH = "DrafterArchitectureMismatch"
     DRAFTER_NOT_FOUND = "DrafterNotFound"

@@ -32,6 +32,10 @@ CanaryOnFailure = Literal["Rollback", "Hold"]
 # The Kimi classes the capability table judges; spec.model.architecture takes any class name,
 # and the image probe judges the others.
 TARGET_ARCHITECTURES: tuple[str, ...] = get_args(KimiArchitecture)
+# A class of the other attention type (GQA) the table judges too, once its config.json is
+# given (spec.model.config): vLLM checks parallelism against KV heads only where there is no
+# MLA. Without its config.json it is the probe's, like any other class.
+GQA_ARCHITECTURES: tuple[str, ...] = ("LlamaForCausalLM",)
 TEXT_ONLY_ARCHITECTURE = "KimiLinearForCausalLM"
 MULTIMODAL_ARCHITECTURES: tuple[str, ...] = (
     "KimiK3ForConditionalGeneration",

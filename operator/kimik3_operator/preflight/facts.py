@@ -27,6 +27,9 @@ class TargetFacts:
     architectures: tuple[str, ...] = ()
     # Heads of its linear-attention (KDA) layers, which shard over the tensor size too.
     linear_heads: int | None = None
+    # Grouped-query attention's KV heads; None for MLA (Kimi-K3's), which vLLM does not
+    # check parallelism against.
+    kv_heads: int | None = None
 
 
 @dataclass(frozen=True)
@@ -57,7 +60,7 @@ def target_facts(config: Mapping[str, Any] | None, source: str = "config.json") 
     text = config.get("text_config") or config
     return TargetFacts(
         attention_heads=_int(text.get("num_attention_heads")) or KIMI_K3_HEADS,
-        experts=_int(text.get("num_experts")) or KIMI_K3_EXPERTS,
+        experts=_experts(text),
         vocab_size=_int(text.get("vocab_size")) or _int(config.get("vocab_size")) or KIMI_K3_VOCAB,
         hidden_layers=_int(text.get("num_hidden_layers")),
         source=source,
@@ -73,7 +76,29 @@ def target_facts(config: Mapping[str, Any] | None, source: str = "config.json") 
         )
         if isinstance(config.get("architectures"), list)
         else (),
+        kv_heads=_gqa_kv_heads(text),
     )
+
+
+# The fields vLLM reads a model's expert count from (CONFIG_FIELD_ALIASES["num_experts"]).
+EXPERT_FIELDS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
+
+
+def _experts(text: Mapping[str, Any]) -> int:
+    """The config's expert count; without any expert field a grouped-query model is dense (0,
+    as vLLM reads it) and an MLA config is taken to have Kimi-K3's published count."""
+    found = next((_int(text.get(name)) for name in EXPERT_FIELDS if _int(text.get(name))), None)
+    if found is not None:
+        return found
+    return 0 if _gqa_kv_heads(text) is not None else KIMI_K3_EXPERTS
+
+
+def _gqa_kv_heads(text: Mapping[str, Any]) -> int | None:
+    """The KV heads of a grouped-query config (num_key_value_heads, as many as the attention
+    heads when absent); None for MLA, which a compressed KV (kv_lora_rank) marks."""
+    if text.get("kv_lora_rank") is not None:
+        return None
+    return _int(text.get("num_key_value_heads")) or _int(text.get("num_attention_heads"))
 
 
 def drafter_facts(

@@ -21,7 +21,7 @@ import zipfile
 from collections.abc import Iterable
 from typing import Any, Final
 
-from kimik3_operator.api.types import TARGET_ARCHITECTURES
+from kimik3_operator.api.types import GQA_ARCHITECTURES, TARGET_ARCHITECTURES
 from kimik3_operator.preflight.drafter_methods import (
     acceptance_by_platform,
     extract_methods,
@@ -80,7 +80,7 @@ class Wheel:
 
 def registry_entries(source: str) -> dict[str, tuple[str, str]]:
     """Architecture -> (module, class) for the architectures the table tracks."""
-    wanted = set(TARGET_ARCHITECTURES) | set(DRAFTER_ARCHITECTURES)
+    wanted = set(TARGET_ARCHITECTURES) | set(GQA_ARCHITECTURES) | set(DRAFTER_ARCHITECTURES)
     found: dict[str, tuple[str, str]] = {}
     for node in ast.walk(ast.parse(source)):
         if not isinstance(node, ast.Dict):
@@ -113,12 +113,28 @@ def _find_class(tree: ast.Module, name: str) -> ast.ClassDef | None:
 
 
 def _inner_model_class(cls: ast.ClassDef) -> str | None:
-    """The class assigned to ``self.model`` in __init__ (the inner decoder)."""
+    """The class assigned to ``self.model`` in __init__ (the inner decoder), directly or
+    through a method of the class that returns it (Llama's ``self._init_model``)."""
     for node in ast.walk(cls):
         if (
             isinstance(node, ast.Assign)
             and len(node.targets) == 1
             and ast.unparse(node.targets[0]) == "self.model"
+            and isinstance(node.value, ast.Call)
+        ):
+            func = node.value.func
+            if isinstance(func, ast.Name):
+                return func.id
+            if isinstance(func, ast.Attribute) and ast.unparse(func.value) == "self":
+                return _returned_class(cls, func.attr)
+    return None
+
+
+def _returned_class(cls: ast.ClassDef, method: str) -> str | None:
+    found = next((n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == method), None)
+    for node in ast.walk(found) if found is not None else ():
+        if (
+            isinstance(node, ast.Return)
             and isinstance(node.value, ast.Call)
             and isinstance(node.value.func, ast.Name)
         ):
@@ -304,6 +320,40 @@ def parallel_drafting_tokens(source: str) -> list[str]:
     return list(dict.fromkeys(name for *_, name in sorted(found) if name != "dflash_config"))
 
 
+def dspark_token_fields(speculative: str, dspark_config: str) -> list[str]:
+    """The drafter config.json fields a release's dspark takes num_speculative_tokens from
+    when the spec leaves it unset (``block_size``, then ``dspark_block_size``), in the order
+    it tries them: in SpeculativeConfig's ``if self.use_dspark():`` branch, or (Model Runner
+    V2's) the DSpark speculator config's. Empty: dspark takes n_predict like the others."""
+    scopes: list[list[ast.stmt]] = []
+    for node in ast.walk(ast.parse(speculative)) if speculative else ():
+        if isinstance(node, ast.If) and "use_dspark" in ast.unparse(node.test):
+            scopes.append(node.body)
+    for node in ast.walk(ast.parse(dspark_config)) if dspark_config else ():
+        if isinstance(node, ast.FunctionDef):
+            scopes.append(node.body)
+    found: list[str] = []
+    for body in scopes:
+        assigns = [n for stmt in body for n in ast.walk(stmt) if isinstance(n, ast.Assign)]
+        taken = {
+            a.value.id
+            for a in assigns
+            if ast.unparse(a.targets[0]).endswith(".num_speculative_tokens")
+            and isinstance(a.value, ast.Name)
+        }
+        found += [
+            str(a.value.args[1].value)
+            for a in assigns
+            if isinstance(a.targets[0], ast.Name)
+            and a.targets[0].id in taken
+            and isinstance(a.value, ast.Call)
+            and ast.unparse(a.value.func) == "getattr"
+            and len(a.value.args) >= 2
+            and isinstance(a.value.args[1], ast.Constant)
+        ]
+    return list(dict.fromkeys(found))
+
+
 def release_capabilities(wheel: Wheel) -> dict[str, Any]:
     registry = wheel.read("vllm/model_executor/models/registry.py") or ""
     entries = registry_entries(registry)
@@ -338,6 +388,17 @@ def release_capabilities(wheel: Wheel) -> dict[str, Any]:
             "servesKimiK3": serves_k3,
             "platforms": platforms,
         }
+    for arch in GQA_ARCHITECTURES:
+        if arch in entries:
+            # One module for every platform: the model_executor's own.
+            module, cls = entries[arch]
+            caps = class_capabilities(wheel, module_file(module), cls)
+            architectures[arch] = {
+                "registeredAs": [module, cls],
+                "servesKimiK3": False,
+                "attention": "gqa",
+                "platforms": {platform: caps for platform in ("nvidia", "amd")},
+            }
     drafters: dict[str, Any] = {}
     for drafter_arch in DRAFTER_ARCHITECTURES:
         if drafter_arch not in entries:
@@ -380,6 +441,10 @@ def release_capabilities(wheel: Wheel) -> dict[str, Any]:
     # Where Model Runner V2's parallel drafting takes its slot token from in a config.json.
     release["parallelDraftingTokens"] = parallel_drafting_tokens(
         wheel.read("vllm/v1/worker/gpu/spec_decode/utils.py") or ""
+    )
+    # Where dspark takes its token count from when the spec gives none (else n_predict).
+    release["dsparkTokensFrom"] = dspark_token_fields(
+        speculative, wheel.read("vllm/v1/worker/gpu/spec_decode/dspark/config.py") or ""
     )
     # Every option string the release's `vllm serve` parser accepts.
     release["serveFlags"] = serve_flags(wheel.read, wheel.names)

@@ -100,6 +100,10 @@ RULE_SITES: Final[tuple[tuple[str, Reason], ...]] = (
     ("draft_vocab_size to equal vocab_size", Reason.DRAFTER_VOCABULARY_MISMATCH),
     ("non-empty target_layer_ids", Reason.DRAFTER_TARGET_LAYERS_INVALID),
     ("must be divisible by tensor parallel size", Reason.TENSOR_SIZE_DOES_NOT_DIVIDE_HEADS),
+    ("Decode context parallelism for GQA/MQA requires", Reason.DECODE_CONTEXT_EXCEEDS_KV_HEADS),
+    ("exceeds the maximum supported value", Reason.DECODE_CONTEXT_EXCEEDS_KV_HEADS),
+    ("query heads per KV head", Reason.DECODE_CONTEXT_EXCEEDS_KV_HEADS),
+    ("when expert parallelism is enabled", Reason.EXPERT_PARALLEL_WITHOUT_EXPERTS),
     ("not divisible by n_predict", Reason.SPECULATIVE_TOKENS_NOT_DIVISIBLE),
     ("num_speculative_tokens must be provided", Reason.SPECULATIVE_TOKENS_REQUIRED),
 )

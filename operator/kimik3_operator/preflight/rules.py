@@ -23,6 +23,7 @@ from kimik3_operator.api.types import (
     CHECKPOINT_METHODS,
     DISAGGREGATED_ROLES,
     EAGLE3_FAMILY,
+    GQA_ARCHITECTURES,
     TARGET_ARCHITECTURES,
 )
 from kimik3_operator.preflight.drafter_methods import judge, methods_that_load
@@ -175,7 +176,7 @@ def check_version(ctx: Context) -> Iterable[Finding]:
 
 def check_architecture(ctx: Context) -> Iterable[Finding]:
     declared = ctx.spec.model.architecture
-    if ctx.facts.probed is None and declared not in TARGET_ARCHITECTURES:
+    if ctx.facts.probed is None and not _table_judges(ctx, declared):
         # The table judges the Kimi classes; any other class is the image's to answer.
         near = nearest(declared, TARGET_ARCHITECTURES)
         yield Finding(
@@ -194,11 +195,16 @@ def check_architecture(ctx: Context) -> Iterable[Finding]:
         return
     caps = ctx.caps_of(declared)
     if caps is not None and caps.get("registered") is None:
+        serves = (
+            "serves Kimi-K3"
+            if declared in TARGET_ARCHITECTURES
+            else f"is registered in {_release_name(ctx)}"
+        )
         yield Finding(
             "architecture",
             "Pass",
             Reason.ARCHITECTURE_REGISTERED,
-            f"{declared} serves Kimi-K3 on {ctx.platform}",
+            f"{declared} {serves} on {ctx.platform}",
         )
         return
     if caps is not None and caps.get("registered") is True and declared not in TARGET_ARCHITECTURES:
@@ -224,6 +230,14 @@ def check_architecture(ctx: Context) -> Iterable[Finding]:
             f"spec.model.architecture={declared!r} is not registered for Kimi-K3 on "
             f"{ctx.platform} in {_release_name(ctx)}; {fix}"
         ),
+    )
+
+
+def _table_judges(ctx: Context, architecture: str) -> bool:
+    """The Kimi classes always; a GQA class once its config.json is given (its shape is
+    not Kimi-K3's, and the rules judge nothing of it without)."""
+    return architecture in TARGET_ARCHITECTURES or (
+        architecture in GQA_ARCHITECTURES and ctx.facts.target.source != TargetFacts().source
     )
 
 
@@ -387,6 +401,13 @@ def check_decode_context(ctx: Context) -> Iterable[Finding]:
     dcp = spec.parallelism.decode_context
     if dcp <= 1 or spec.drafter.method != "dspark" or release is None:
         return
+    drafter = ctx.facts.drafter
+    if (
+        drafter is not None
+        and drafter.architectures
+        and "K3DSparkModel" not in drafter.architectures
+    ):
+        return  # vLLM's check names the K3 DSpark class; another drafter is judged apart
     if release.get("dspark", {}).get("refusesDecodeContextParallel"):
         table = ctx.facts.table
         allowed = _first_release_without(table, "refusesDecodeContextParallel")
@@ -406,6 +427,49 @@ def check_decode_context(ctx: Context) -> Iterable[Finding]:
         "Pass",
         Reason.DECODE_CONTEXT_PARALLEL_SUPPORTED,
         f"DSpark with decode-context parallelism {dcp} is supported",
+    )
+
+
+def check_decode_context_heads(ctx: Context) -> Iterable[Finding]:
+    """vLLM's model config, every release: decode-context parallelism on grouped-query
+    attention splits each KV head's query group over ranks that replicate that KV head."""
+    dcp, tp = ctx.spec.parallelism.decode_context, ctx.spec.parallelism.tensor
+    kv_heads = ctx.facts.target.kv_heads
+    if dcp <= 1 or kv_heads is None or _shape_unknown(ctx):
+        return
+    heads = ctx.facts.target.attention_heads
+    where = f"{kv_heads} KV heads ({ctx.facts.target.source})"
+    if tp <= kv_heads:
+        problem = f"needs spec.parallelism.tensor={tp} greater than the model's {where}"
+    elif dcp > tp // kv_heads:
+        problem = f"may be at most tensor {tp} / {where} = {tp // kv_heads}"
+    elif (heads // kv_heads) % dcp:
+        problem = (
+            f"must divide the {heads // kv_heads} query heads per KV head "
+            f"({heads} attention heads over {kv_heads} KV heads)"
+        )
+    else:
+        yield Finding(
+            "decode-context-heads",
+            "Pass",
+            Reason.DECODE_CONTEXT_PARALLEL_SUPPORTED,
+            f"decode-context parallelism {dcp} fits tensor {tp} and the {where}",
+        )
+        return
+    valid = [
+        d
+        for d in range(1, tp + 1)
+        if d == 1
+        or (tp % d == 0 and tp > kv_heads and d <= tp // kv_heads and (heads // kv_heads) % d == 0)
+    ]
+    yield Finding(
+        "decode-context-heads",
+        "Fail",
+        Reason.DECODE_CONTEXT_EXCEEDS_KV_HEADS,
+        (
+            f"spec.parallelism.decodeContext={dcp} on grouped-query attention {problem}; "
+            f"set parallelism.decodeContext to one of {valid}"
+        ),
     )
 
 
@@ -485,6 +549,18 @@ def check_experts(ctx: Context) -> Iterable[Finding]:
     if not spec.parallelism.expert or _shape_unknown(ctx):
         return
     ep = spec.parallelism.tensor
+    if target.experts == 0:
+        yield Finding(
+            "expert-parallel",
+            "Fail",
+            Reason.EXPERT_PARALLEL_WITHOUT_EXPERTS,
+            (
+                f"spec.parallelism.expert=true on a dense model ({target.source} names no "
+                "experts): vLLM refuses expert parallelism without experts; set "
+                "parallelism.expert to false"
+            ),
+        )
+        return
     if target.experts % ep == 0:
         yield Finding(
             "expert-parallel",
@@ -659,16 +735,28 @@ def _draft_expert_parallel(ctx: Context) -> Iterable[Finding]:
 
 
 def _tokens_required(ctx: Context, drafter: ResolvedDrafter) -> Iterable[Finding]:
-    """vLLM defaults num_speculative_tokens to the drafter's n_predict, and refuses the
-    speculative config when there is neither. A known drafter's config has none."""
+    """vLLM defaults num_speculative_tokens to the drafter's n_predict (dspark, from 0.31.0,
+    to its block size instead: the table's dsparkTokensFrom), and refuses the speculative
+    config when there is none. A known drafter's config has none."""
     facts = ctx.facts.drafter
+    fields = ["n_predict"]
+    release = ctx.release()
+    if drafter.method == "dspark" and release is not None:
+        fields = release.get("dsparkTokensFrom") or fields
+    elif drafter.method == "dspark":
+        # The release is unknown: refused only where every release would refuse it.
+        table = ctx.facts.table
+        every = [
+            f for v in table.releases for f in (table.release(v) or {}).get("dsparkTokensFrom", [])
+        ]
+        fields = list(dict.fromkeys([*fields, *every]))
     if facts is not None:
-        n_predict, source = facts.n_predict, facts.source
+        given, source = set(facts.given), facts.source
     elif drafter.repo in KNOWN_DRAFTER_CONFIGS:
-        n_predict, source = None, f"{drafter.repo}'s config.json"
+        given, source = set(), f"{drafter.repo}'s config.json"
     else:
         return  # the probe reads the drafter's config
-    if n_predict:
+    if given & set(fields):
         return
     yield Finding(
         "speculative-tokens",
@@ -676,7 +764,9 @@ def _tokens_required(ctx: Context, drafter: ResolvedDrafter) -> Iterable[Finding
         Reason.SPECULATIVE_TOKENS_REQUIRED,
         (
             f"spec.drafter.numSpeculativeTokens is unset and the drafter ({source}) has no "
-            "n_predict to take it from: vLLM refuses the speculative config at start; set "
+            f"{' or '.join(fields)} to take it from"
+            + (f" under drafter.method={drafter.method}" if fields != ["n_predict"] else "")
+            + ": vLLM refuses the speculative config at start; set "
             "drafter.numSpeculativeTokens (the Kimi-K3 recipe uses 8 with DSpark)"
         ),
         DRAFTER,
@@ -1099,10 +1189,12 @@ def _drafter_config(ctx: Context, tokens: int | None) -> Iterable[Finding]:
             ),
             DRAFTER,
         )
-    for name, size in (
-        ("vocab_size", facts.vocab_size),
-        ("draft_vocab_size", facts.draft_vocab_size),
-    ):
+    # K3 DSpark's config class wants draft_vocab_size equal to vocab_size; an EAGLE3 head's
+    # smaller draft vocabulary is its design (vLLM maps it back to the target's).
+    sizes = [("vocab_size", facts.vocab_size)]
+    if facts.model_type == "k3_dspark":
+        sizes.append(("draft_vocab_size", facts.draft_vocab_size))
+    for name, size in sizes:
         if size is not None and size != target.vocab_size:
             yield Finding(
                 "drafter-vocabulary",
@@ -1198,6 +1290,7 @@ RULES: tuple[Rule, ...] = (
     check_checkpoint_class,
     check_pipeline,
     check_decode_context,
+    check_decode_context_heads,
     check_heads,
     check_nodes,
     check_experts,

@@ -111,7 +111,8 @@ class CapabilityTable:
     def target(self, version: Version, architecture: str, platform: str) -> dict[str, Any] | None:
         release = self.release(version) or {}
         entry = release.get("architectures", {}).get(architecture)
-        if entry is None or not entry.get("servesKimiK3"):
+        # A GQA class is judged with its config.json (rules.check_architecture).
+        if entry is None or not (entry.get("servesKimiK3") or entry.get("attention") == "gqa"):
             return None
         found: dict[str, Any] | None = entry.get("platforms", {}).get(platform)
         return found

@@ -864,3 +864,154 @@ def test_linear_attention_heads_from_the_config_shard_over_the_tensor_size() -> 
     assert "TensorSizeDoesNotDivideHeads" not in fails(passed)
     [heads] = [f for f in passed if f.id == "tensor-heads"]
     assert "the 96 attention heads and the 24 linear-attention (KDA) heads" in heads.message
+
+
+# A grouped-query Llama as its config.json says it: 64 query heads over 8 KV heads.
+GQA_LLAMA = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "num_attention_heads": 64,
+    "num_key_value_heads": 8,
+    "num_hidden_layers": 80,
+    "vocab_size": 128256,
+    "max_position_embeddings": 131072,
+}
+
+
+def gqa(**spec: Any) -> list[Finding]:
+    facts = Facts(TABLE, target=target_facts(GQA_LLAMA, "spec.model.config"))
+    spec.setdefault("drafter", {"method": "none"})
+    return run(
+        facts,
+        model={"architecture": "LlamaForCausalLM"},
+        engine={**image("0.33.0"), "maxModelLen": 32768, "kvCacheDtype": "auto"},
+        **spec,
+    )
+
+
+def test_a_gqa_class_with_its_config_is_judged_without_the_probe() -> None:
+    """The table judges the GQA class once its config.json is given; without, the probe."""
+    findings = gqa(parallelism={"tensor": 8})
+    assert verdict(findings) == "Pass", [f.message for f in findings if f.status != "Pass"]
+    architecture = next(f for f in findings if f.id == "architecture")
+    assert "registered in vLLM 0.33.0" in architecture.message
+    assert verdict(run(model={"architecture": "LlamaForCausalLM"}, drafter={"method": "none"})) == (
+        "NeedsProbe"
+    )
+
+
+@pytest.mark.parametrize(
+    ("tensor", "dcp", "said"),
+    [
+        (8, 1, None),
+        (16, 2, None),
+        (8, 2, "greater than the model's 8 KV heads"),
+        (16, 4, "may be at most tensor 16 / 8 KV heads"),
+        (64, 8, None),
+    ],
+)
+def test_decode_context_parallel_on_gqa_against_the_kv_heads(
+    tensor: int, dcp: int, said: str | None
+) -> None:
+    """vLLM's model config (every release): DCP on GQA needs more tensor ranks than KV
+    heads, at most tensor/KV-heads ranks, and a size dividing the query heads per KV head."""
+    findings = gqa(
+        parallelism={"tensor": tensor, "decodeContext": dcp}, placement={"gpusPerNode": 8}
+    )
+    failed = fails(findings)
+    if said is None:
+        assert "DecodeContextExceedsKVHeads" not in failed
+        return
+    message = failed["DecodeContextExceedsKVHeads"].message
+    assert said in message and "spec.parallelism.decodeContext" in message
+
+
+def test_query_heads_per_kv_head_bound_decode_context() -> None:
+    odd = {**GQA_LLAMA, "num_attention_heads": 24, "num_key_value_heads": 2}
+    facts = Facts(TABLE, target=target_facts(odd, "spec.model.config"))
+    failed = fails(
+        run(
+            facts,
+            model={"architecture": "LlamaForCausalLM"},
+            drafter={"method": "none"},
+            engine={**image("0.33.0"), "maxModelLen": 32768},
+            parallelism={"tensor": 16, "decodeContext": 8},
+            placement={"gpusPerNode": 8},
+        )
+    )
+    assert "12 query heads per KV head" in failed["DecodeContextExceedsKVHeads"].message
+
+
+def test_mla_is_not_checked_against_kv_heads() -> None:
+    """Kimi-K3's MLA: vLLM checks decode-context parallelism against KV heads only on GQA."""
+    findings = run(engine=image("0.33.0"), parallelism={"tensor": 8, "decodeContext": 8})
+    assert "DecodeContextExceedsKVHeads" not in fails(findings)
+    assert target_facts(None).kv_heads is None
+
+
+def test_expert_parallel_on_a_dense_model() -> None:
+    failed = fails(gqa(parallelism={"tensor": 8, "expert": True}))
+    assert "a dense model" in failed["ExpertParallelWithoutExperts"].message
+
+
+@pytest.mark.parametrize(
+    ("version", "config", "refused"),
+    [
+        ("0.30.0", {"n_predict": 8}, False),
+        ("0.30.0", {"block_size": 16}, True),
+        ("0.33.0", {"block_size": 16}, False),
+        ("0.33.0", {"dspark_block_size": 16}, False),
+        ("0.33.0", {"n_predict": 8}, True),
+        ("0.34.0", {"block_size": 16}, False),
+    ],
+)
+def test_dspark_takes_its_token_count_from_where_the_release_does(
+    version: str, config: dict[str, Any], refused: bool
+) -> None:
+    """dspark defaults num_speculative_tokens to the drafter's block size from 0.31.0 (read
+    from each wheel as dsparkTokensFrom), to its n_predict before."""
+    facts = Facts(TABLE, drafter=drafter_facts({**DSPARK_DRAFTER, "n_predict": None, **config}))
+    custom = {"method": "dspark", "repo": "someone/custom-drafter"}
+    findings = run(facts, engine=image(version), drafter=custom)
+    assert ("SpeculativeTokensRequired" in fails(findings)) is refused
+    assert TABLE.release(parse_version(version))["dsparkTokensFrom"] == (
+        [] if version == "0.30.0" else ["block_size", "dspark_block_size"]
+    )
+
+
+def test_an_eagle3_heads_smaller_draft_vocabulary_is_its_design() -> None:
+    """An EAGLE3 head drafts over a smaller vocabulary vLLM maps back; K3 DSpark's config
+    class wants them equal."""
+    head = {
+        "architectures": ["LlamaForCausalLMEagle3"],
+        "model_type": "llama",
+        "vocab_size": 163840,
+        "draft_vocab_size": 32000,
+        "num_attention_heads": 64,
+    }
+    facts = Facts(TABLE, drafter=drafter_facts(head, "the head's config.json"))
+    findings = run(
+        facts,
+        engine=image("0.33.0"),
+        drafter={"method": "eagle3", "repo": "example/head", "numSpeculativeTokens": 3},
+    )
+    assert "DrafterVocabularyMismatch" not in fails(findings)
+    other = Facts(TABLE, drafter=drafter_facts({**head, "vocab_size": 128256}, "the head's"))
+    findings = run(
+        other,
+        engine=image("0.33.0"),
+        drafter={"method": "eagle3", "repo": "example/head", "numSpeculativeTokens": 3},
+    )
+    assert "DrafterVocabularyMismatch" in fails(findings)
+
+
+def test_dsparks_decode_context_refusal_names_the_k3_dspark_class() -> None:
+    """0.27.1 and 0.28.0 refuse decode-context parallelism for the K3 DSpark drafter only."""
+    spec = {"engine": image("0.27.1"), "parallelism": {"tensor": 16, "decodeContext": 8}}
+    k3 = Facts(TABLE, drafter=drafter_facts(DSPARK_DRAFTER, "the drafter's config.json"))
+    assert "DSparkRefusesDecodeContextParallel" in fails(run(k3, **spec))
+    other = Facts(
+        TABLE,
+        drafter=drafter_facts({**DSPARK_DRAFTER, "architectures": ["LlamaForCausalLMEagle3"]}),
+    )
+    assert "DSparkRefusesDecodeContextParallel" not in fails(run(other, **spec))

@@ -72,3 +72,79 @@ def test_the_probe_builds_vllms_whole_configuration(tmp_path: pathlib.Path) -> N
     assert answers[1]["ok"] is True
     assert answers[2]["ok"] is False
     assert "Decode context parallelism" in answers[2]["error"]
+
+
+BASE_POINT = {
+    "architecture": "LlamaForCausalLM",
+    "platform": "nvidia",
+    "method": "none",
+    "tokens": None,
+    "parallel": (8, 1),
+    "decode_context": 1,
+    "expert": False,
+    "kv_cache_dtype": "auto",
+    "samples": ("greedy", "standard"),
+    "max_model_len": 32768,
+    "drafter_config": "published",
+    "extra_args": "none",
+    "tag": "release",
+}
+
+
+def test_the_attention_types_and_head_kinds_agree_with_vllm() -> None:
+    """The axes the sampled space reaches rarely, each asked of vLLM: grouped-query attention
+    with decode-context parallelism against its KV heads (refused at tensor 8, accepted at
+    16), expert parallelism on a dense model, an EAGLE3 head with its smaller draft vocabulary,
+    a DSpark drafter whose block size gives the token count (and one with none), and a DFlash
+    head under dspark, which vLLM configures as DeepSeek-V4's drafter and fails to build."""
+    points = {
+        "gqa dcp 2 at tensor 8": ({"decode_context": 2}, "Fail", False),
+        "gqa dcp 2 at tensor 16": ({"decode_context": 2, "parallel": (16, 1)}, "Pass", True),
+        "gqa dense with expert parallel": ({"expert": True}, "Fail", False),
+        "eagle3 head on kimi": (
+            {
+                "architecture": "KimiK3ForConditionalGeneration",
+                "method": "eagle3",
+                "tokens": 3,
+                "drafter_config": "eagle3_head",
+            },
+            "Pass",
+            True,
+        ),
+        "dspark drafter with its block size": (
+            {
+                "architecture": "KimiLinearForCausalLM",
+                "method": "dspark",
+                "drafter_config": "block_size",
+            },
+            "Pass",
+            True,
+        ),
+        "dspark drafter without any token count": (
+            {
+                "architecture": "KimiLinearForCausalLM",
+                "method": "dspark",
+                "drafter_config": "published",
+            },
+            "Fail",
+            False,
+        ),
+        "dflash head under dspark": (
+            {
+                "architecture": "KimiLinearForCausalLM",
+                "method": "dspark",
+                "drafter_config": "dflash_head",
+            },
+            "Fail",
+            True,
+        ),
+    }
+    names = list(points)
+    outcomes, unreadable = compare(
+        "0.33.0", vllm_python(), [{**BASE_POINT, **points[name][0]} for name in names]
+    )
+    assert unreadable == 0
+    for name, outcome in zip(names, outcomes, strict=True):
+        _, static, accepted = points[name]
+        assert (outcome.static.verdict, outcome.vllm_ok) == (static, accepted), (name, outcome)
+        assert outcome.verdict in ("agree", "earlier"), (name, outcome)
