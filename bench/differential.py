@@ -105,13 +105,19 @@ def decided_later(point: Mapping[str, Any], version: str) -> frozenset[str]:
         else None
     )
     registered = set(release.get("speculativeArchitectures") or [])
+    later = DECIDED_LATER
+    ids = config.get("target_layer_ids")
+    if uses_drafter_config(point) and ids and config.get("num_target_layers") in (None, len(ids)):
+        # The drafter's own layer list is whole; that the target lacks a layer it names
+        # surfaces only when the drafter reads the target's hidden states.
+        later = later | {Reason.DRAFTER_TARGET_LAYERS_INVALID}
     if verdict is not None and not verdict.loadable and verdict.becomes in registered:
-        return DECIDED_LATER | {
+        return later | {
             Reason.DRAFTER_ARCHITECTURE_UNSUPPORTED_BY_METHOD,
             Reason.DRAFTER_ARCHITECTURE_MISMATCH,
             Reason.DRAFTER_TARGET_LAYERS_INVALID,
         }
-    return DECIDED_LATER
+    return later
 
 
 DSPARK_REPO = "RedHatAI/Kimi-K3-speculator.dspark"

@@ -314,6 +314,7 @@ class Reason(StrEnum):
     TARGET_LACKS_MTP_LAYERS = "TargetLacksMTPLayers"
     SPECULATIVE_TOKENS_REQUIRED = "SpeculativeTokensRequired"
     DRAFT_REFUSES_EXPERT_PARALLEL = "DraftRefusesExpertParallel"
+    DRAFT_REFUSES_PIPELINE_PARALLEL = "DraftRefusesPipelineParallel"
     # ModelCached, and Progressing while the weights are not there yet
     CACHE_READY = "CacheReady"
     WAITING_FOR_VOLUME = "WaitingForVolume"

@@ -48,6 +48,8 @@ class DrafterFacts:
     null_fields: tuple[str, ...] = ()
     # Fields given a value (a nested dflash_config's as "dflash_config.<field>").
     given: tuple[str, ...] = ()
+    # Its attention heads, which shard over the draft's tensor size.
+    attention_heads: int | None = None
 
 
 def _int(value: Any) -> int | None:
@@ -120,6 +122,7 @@ def drafter_facts(
         set_flags=tuple(sorted(str(k) for k, v in config.items() if v is True)),
         null_fields=tuple(sorted(str(k) for k, v in config.items() if v is None)),
         given=_given(config),
+        attention_heads=_int(config.get("num_attention_heads")),
     )
 
 

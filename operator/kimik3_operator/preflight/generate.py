@@ -40,6 +40,9 @@ from kimik3_operator.programs.probe import (
 )
 
 DRAFTER_ARCHITECTURES: Final = ("K3DSparkModel", "KimiK3MTPModel")
+# Through 0.29.0 the draft's parallel config takes the target's pipeline size, and no drafter
+# class declares SupportsPP: the draft model's config refuses pipeline parallelism.
+DRAFT_PP_INHERIT: Final = "pipeline_parallel_size=target_parallel_config.pipeline_parallel_size"
 PROTOCOLS: Final = {
     "SupportsEagle3": "supportsEagle3",
     "SupportsPP": "supportsPipelineParallel",
@@ -427,6 +430,7 @@ def release_capabilities(wheel: Wheel) -> dict[str, Any]:
         },
         "checksAuxHiddenStatesOverPP": AUX_PP_CHECK in eagle3_utils,
         "draftInheritsExpertParallel": DRAFT_EP_INHERIT in speculative,
+        "draftInheritsPipelineParallel": DRAFT_PP_INHERIT in speculative,
         # What each method renames a drafter to, and what the registry can load.
         "speculativeMethods": extract_methods(eagle_config, speculative),
         # The method names vLLM's SpeculativeConfig accepts at all.

@@ -698,6 +698,8 @@ def check_drafter(ctx: Context) -> Iterable[Finding]:
         return
     if spec.parallelism.expert and method in CHECKPOINT_METHODS:
         yield from _draft_expert_parallel(ctx)
+    if spec.parallelism.pipeline > 1 and method in (*CHECKPOINT_METHODS, "mtp"):
+        yield from _draft_pipeline_parallel(ctx)
     if drafter.num_speculative_tokens is None and method in CHECKPOINT_METHODS:
         required = list(_tokens_required(ctx, drafter))
         yield from required
@@ -729,6 +731,33 @@ def _draft_expert_parallel(ctx: Context) -> Iterable[Finding]:
             'parallelism, and a drafter with no experts refuses it at start ("Number of '
             'experts in the model must be greater than 0"); turn parallelism.expert off, or '
             "use vllm-openai v0.31.0 or newer"
+        ),
+        DRAFTER,
+    )
+
+
+def _draft_pipeline_parallel(ctx: Context) -> Iterable[Finding]:
+    """A release whose draft takes the target's pipeline size: vLLM checks the draft model
+    against it, and no drafter class declares SupportsPP (the image probe's own build of the
+    speculative config says the same where it runs)."""
+    if ctx.facts.probed is not None or not (ctx.release() or {}).get(
+        "draftInheritsPipelineParallel"
+    ):
+        return
+    table = ctx.facts.table
+    fixed = table.first_release_where(
+        lambda v: not (table.release(v) or {}).get("draftInheritsPipelineParallel")
+    )
+    yield Finding(
+        "draft-pipeline-parallel",
+        "Fail",
+        Reason.DRAFT_REFUSES_PIPELINE_PARALLEL,
+        (
+            f"spec.parallelism.pipeline={ctx.spec.parallelism.pipeline} with a "
+            f"{ctx.spec.drafter.method} drafter on {_release_name(ctx)}: that release gives the "
+            "drafter the target's pipeline size, which no drafter class supports (\"Pipeline "
+            'parallelism is not supported for this model"); set parallelism.pipeline to 1, or '
+            f"{_image_fix(fixed)}"
         ),
         DRAFTER,
     )
@@ -1175,6 +1204,25 @@ def _drafter_config(ctx: Context, tokens: int | None) -> Iterable[Finding]:
                 f"the drafter ({facts.source}) has architectures {list(facts.architectures)}, "
                 f"not {want} as drafter.method={method} needs; set drafter.repo to a {method} "
                 "drafter or change drafter.method"
+            ),
+            DRAFTER,
+        )
+    # vLLM builds the draft model's config against the draft's own parallel config (its
+    # tensor size: draftTensorParallelSize, else the target's) and checks its heads as the
+    # target's.
+    spec = ctx.spec
+    draft_tp = spec.drafter.draft_tensor_parallel_size or spec.parallelism.tensor
+    if facts.attention_heads and facts.attention_heads % draft_tp:
+        yield Finding(
+            "drafter-heads",
+            "Fail",
+            Reason.TENSOR_SIZE_DOES_NOT_DIVIDE_HEADS,
+            (
+                f"the drafter's {facts.attention_heads} attention heads ({facts.source}) do "
+                f"not divide over its tensor size {draft_tp} (spec.drafter."
+                "draftTensorParallelSize, else spec.parallelism.tensor): vLLM refuses the "
+                "speculative config at start; set spec.drafter.draftTensorParallelSize to 1, "
+                "or set drafter.repo to a drafter whose heads divide the tensor size"
             ),
             DRAFTER,
         )

@@ -378,6 +378,9 @@ def expected(version: str, platform: str, arch: str, method: str, pp: int, dcp: 
             reasons.add("TargetLacksAuxHiddenStatesOverPP")
     if method == "dspark" and dcp > 1 and v < (0, 29, 0):
         reasons.add("DSparkRefusesDecodeContextParallel")
+    if method != "none" and pp > 1 and v < (0, 30, 0):
+        # The draft takes the target's pipeline size; no drafter class supports it.
+        reasons.add("DraftRefusesPipelineParallel")
     return reasons
 
 
@@ -1015,3 +1018,48 @@ def test_dsparks_decode_context_refusal_names_the_k3_dspark_class() -> None:
         drafter=drafter_facts({**DSPARK_DRAFTER, "architectures": ["LlamaForCausalLMEagle3"]}),
     )
     assert "DSparkRefusesDecodeContextParallel" not in fails(run(other, **spec))
+
+
+def test_the_drafters_heads_against_its_tensor_size() -> None:
+    """vLLM checks the draft model's heads against the draft's tensor size (the target's,
+    unless draftTensorParallelSize says 1)."""
+    head = {
+        "architectures": ["LlamaForCausalLMEagle3"],
+        "model_type": "llama",
+        "vocab_size": 163840,
+        "num_attention_heads": 28,
+    }
+    facts = Facts(TABLE, drafter=drafter_facts(head, "the head's config.json"))
+    drafter = {"method": "eagle3", "repo": "example/head", "numSpeculativeTokens": 3}
+    findings = run(facts, engine=image("0.33.0"), drafter=drafter)
+    refused = next(f for f in findings if f.id == "drafter-heads")
+    assert refused.status == "Fail" and "28 attention heads" in refused.message
+    assert "draftTensorParallelSize to 1" in refused.message
+    alone = run(facts, engine=image("0.33.0"), drafter={**drafter, "draftTensorParallelSize": 1})
+    assert "drafter-heads" not in {f.id for f in alone}
+
+
+@pytest.mark.parametrize(("version", "refused"), [("0.29.0", True), ("0.30.0", False)])
+def test_a_draft_model_takes_the_targets_pipeline_size_through_0_29(
+    version: str, refused: bool
+) -> None:
+    """Through 0.29.0 vLLM gives the draft the target's pipeline size (read from each wheel
+    as draftInheritsPipelineParallel), which no drafter class supports."""
+    head = {
+        "architectures": ["LlamaForCausalLMEagle3"],
+        "model_type": "llama",
+        "vocab_size": 163840,
+        "num_attention_heads": 64,
+    }
+    facts = Facts(TABLE, drafter=drafter_facts(head, "the head's config.json"))
+    findings = run(
+        facts,
+        model={"architecture": "KimiK3ForConditionalGeneration"},
+        engine=image(version),
+        drafter={"method": "eagle3", "repo": "example/head", "numSpeculativeTokens": 3},
+        parallelism={"tensor": 8, "pipeline": 2},
+    )
+    failed = fails(findings)
+    assert ("DraftRefusesPipelineParallel" in failed) is refused
+    if refused:
+        assert "vllm/vllm-openai:v0.30.0 or newer" in failed["DraftRefusesPipelineParallel"].message

@@ -94,9 +94,10 @@ BASE_POINT = {
 def test_the_attention_types_and_head_kinds_agree_with_vllm() -> None:
     """The axes the sampled space reaches rarely, each asked of vLLM: grouped-query attention
     with decode-context parallelism against its KV heads (refused at tensor 8, accepted at
-    16), expert parallelism on a dense model, an EAGLE3 head with its smaller draft vocabulary,
-    a DSpark drafter whose block size gives the token count (and one with none), and a DFlash
-    head under dspark, which vLLM configures as DeepSeek-V4's drafter and fails to build."""
+    16), expert parallelism on a dense model, an EAGLE3 head with its smaller draft vocabulary
+    and one whose heads do not divide the draft's tensor size, a DSpark drafter whose block
+    size gives the token count and one with none, and a DFlash head under dspark, which vLLM
+    configures as DeepSeek-V4's drafter and fails to build."""
     points = {
         "gqa dcp 2 at tensor 8": ({"decode_context": 2}, "Fail", False),
         "gqa dcp 2 at tensor 16": ({"decode_context": 2, "parallel": (16, 1)}, "Pass", True),
@@ -110,6 +111,16 @@ def test_the_attention_types_and_head_kinds_agree_with_vllm() -> None:
             },
             "Pass",
             True,
+        ),
+        "eagle3 head whose heads do not divide tensor 8": (
+            {
+                "architecture": "KimiK3ForConditionalGeneration",
+                "method": "eagle3",
+                "tokens": 3,
+                "drafter_config": "eagle3_head_28_heads",
+            },
+            "Fail",
+            False,
         ),
         "dspark drafter with its block size": (
             {
