@@ -63,7 +63,7 @@ from kimik3_operator.preflight.facts import (  # noqa: E402
     drafter_facts,
 )
 from kimik3_operator.preflight.gate import given_facts  # noqa: E402
-from kimik3_operator.preflight.rules import run_rules  # noqa: E402
+from kimik3_operator.preflight.rules import DRAFTER_ARCHITECTURE, run_rules  # noqa: E402
 from kimik3_operator.preflight.table import (  # noqa: E402
     format_version,
     load_table,
@@ -93,9 +93,10 @@ DECIDED_LATER = frozenset(
 
 
 def decided_later(point: Mapping[str, Any], version: str) -> frozenset[str]:
-    """DECIDED_LATER, and what the rules say of a drafter the method does not load, where
-    vLLM renames it to a class its registry has (dspark's DeepSeek-V4 DSparkDraftModel): the
-    configuration builds, and the model fails when it is constructed or loaded."""
+    """DECIDED_LATER, and what the rules say of a drafter that is not the method's own (an
+    EAGLE3 or DFlash head under dspark) where vLLM configures it as a class its registry has
+    (DeepSeek-V4's DSparkDraftModel, or from 0.34.0 the head's own class): the configuration
+    builds, and the speculator or the model fails when it is built or loaded."""
     release = load_table().release(parse_version(version)) or {}
     config = drafter_config(point)
     architectures = config.get("architectures") or [None]
@@ -111,7 +112,12 @@ def decided_later(point: Mapping[str, Any], version: str) -> frozenset[str]:
         # The drafter's own layer list is whole; that the target lacks a layer it names
         # surfaces only when the drafter reads the target's hidden states.
         later = later | {Reason.DRAFTER_TARGET_LAYERS_INVALID}
-    if verdict is not None and not verdict.loadable and verdict.becomes in registered:
+    own = DRAFTER_ARCHITECTURE.get(point["method"], architectures[0])
+    if (
+        verdict is not None
+        and verdict.becomes in registered
+        and (not verdict.loadable or architectures[0] != own)
+    ):
         return later | {
             Reason.DRAFTER_ARCHITECTURE_UNSUPPORTED_BY_METHOD,
             Reason.DRAFTER_ARCHITECTURE_MISMATCH,
