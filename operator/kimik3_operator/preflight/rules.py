@@ -698,7 +698,8 @@ def check_drafter(ctx: Context) -> Iterable[Finding]:
         return
     if spec.parallelism.expert and method in CHECKPOINT_METHODS:
         yield from _draft_expert_parallel(ctx)
-    if spec.parallelism.pipeline > 1 and method in (*CHECKPOINT_METHODS, "mtp"):
+    # A draft_model drafter is an ordinary model, which may support pipeline stages.
+    if spec.parallelism.pipeline > 1 and method in (*EAGLE3_FAMILY, "mtp"):
         yield from _draft_pipeline_parallel(ctx)
     if drafter.num_speculative_tokens is None and method in CHECKPOINT_METHODS:
         required = list(_tokens_required(ctx, drafter))
@@ -738,8 +739,8 @@ def _draft_expert_parallel(ctx: Context) -> Iterable[Finding]:
 
 def _draft_pipeline_parallel(ctx: Context) -> Iterable[Finding]:
     """A release whose draft takes the target's pipeline size: vLLM checks the draft model
-    against it, and no drafter class declares SupportsPP (the image probe's own build of the
-    speculative config says the same where it runs)."""
+    against it, and no EAGLE3-family or MTP drafter class supports pipeline stages (the
+    image probe's own build of the speculative config says the same where it runs)."""
     if ctx.facts.probed is not None or not (ctx.release() or {}).get(
         "draftInheritsPipelineParallel"
     ):
@@ -755,7 +756,7 @@ def _draft_pipeline_parallel(ctx: Context) -> Iterable[Finding]:
         (
             f"spec.parallelism.pipeline={ctx.spec.parallelism.pipeline} with a "
             f"{ctx.spec.drafter.method} drafter on {_release_name(ctx)}: that release gives the "
-            "drafter the target's pipeline size, which no drafter class supports (\"Pipeline "
+            "drafter the target's pipeline size, which no EAGLE3-family or MTP drafter supports (\"Pipeline "
             'parallelism is not supported for this model"); set parallelism.pipeline to 1, or '
             f"{_image_fix(fixed)}"
         ),
