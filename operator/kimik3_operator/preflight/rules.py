@@ -756,8 +756,9 @@ def _draft_pipeline_parallel(ctx: Context) -> Iterable[Finding]:
         (
             f"spec.parallelism.pipeline={ctx.spec.parallelism.pipeline} with a "
             f"{ctx.spec.drafter.method} drafter on {_release_name(ctx)}: that release gives the "
-            "drafter the target's pipeline size, which no EAGLE3-family or MTP drafter supports (\"Pipeline "
-            'parallelism is not supported for this model"); set parallelism.pipeline to 1, or '
+            "drafter the target's pipeline size, which no EAGLE3-family or MTP drafter "
+            'supports ("Pipeline parallelism is not supported for this model"); set '
+            "parallelism.pipeline to 1, or "
             f"{_image_fix(fixed)}"
         ),
         DRAFTER,
