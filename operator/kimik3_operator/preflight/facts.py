@@ -89,7 +89,8 @@ EXPERT_FIELDS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_nu
 def _experts(text: Mapping[str, Any]) -> int:
     """The config's expert count; without any expert field a grouped-query model is dense (0,
     as vLLM reads it) and an MLA config is taken to have Kimi-K3's published count."""
-    found = next((_int(text.get(name)) for name in EXPERT_FIELDS if _int(text.get(name))), None)
+    counts = (_int(text.get(name)) for name in EXPERT_FIELDS)
+    found = next((count for count in counts if count), None)
     if found is not None:
         return found
     return 0 if _gqa_kv_heads(text) is not None else KIMI_K3_EXPERTS

@@ -237,8 +237,14 @@ def _table_judges(ctx: Context, architecture: str) -> bool:
     """The Kimi classes always; a GQA class once its config.json is given (its shape is
     not Kimi-K3's, and the rules judge nothing of it without)."""
     return architecture in TARGET_ARCHITECTURES or (
-        architecture in GQA_ARCHITECTURES and ctx.facts.target.source != TargetFacts().source
+        architecture in GQA_ARCHITECTURES and _target_config_known(ctx)
     )
+
+
+def _target_config_known(ctx: Context) -> bool:
+    """Whether the target's config.json is at hand (the spec's, the CLI's or the probe's),
+    not Kimi-K3's published shape standing in."""
+    return ctx.facts.target.source != TargetFacts().source
 
 
 def _release_name(ctx: Context) -> str:
@@ -480,10 +486,7 @@ def _fits_nodes(gpus: int, per_node: int) -> bool:
 def _shape_unknown(ctx: Context) -> bool:
     """Kimi-K3's published shape stands in only for a Kimi class: another class's heads and
     experts are known from its config.json (the probe, or --model-config) or not at all."""
-    return (
-        ctx.facts.target.source == TargetFacts().source
-        and ctx.spec.model.architecture not in TARGET_ARCHITECTURES
-    )
+    return not _target_config_known(ctx) and ctx.spec.model.architecture not in TARGET_ARCHITECTURES
 
 
 def check_heads(ctx: Context) -> Iterable[Finding]:

@@ -881,6 +881,15 @@ GQA_LLAMA = {
 }
 
 
+# An EAGLE3 head shaped for Kimi-K3: its vocabulary, 64 attention heads.
+EAGLE3_HEAD = {
+    "architectures": ["LlamaForCausalLMEagle3"],
+    "model_type": "llama",
+    "vocab_size": 163840,
+    "num_attention_heads": 64,
+}
+
+
 def gqa(**spec: Any) -> list[Finding]:
     facts = Facts(TABLE, target=target_facts(GQA_LLAMA, "spec.model.config"))
     spec.setdefault("drafter", {"method": "none"})
@@ -985,13 +994,7 @@ def test_dspark_takes_its_token_count_from_where_the_release_does(
 def test_an_eagle3_heads_smaller_draft_vocabulary_is_its_design() -> None:
     """An EAGLE3 head drafts over a smaller vocabulary vLLM maps back; K3 DSpark's config
     class wants them equal."""
-    head = {
-        "architectures": ["LlamaForCausalLMEagle3"],
-        "model_type": "llama",
-        "vocab_size": 163840,
-        "draft_vocab_size": 32000,
-        "num_attention_heads": 64,
-    }
+    head = {**EAGLE3_HEAD, "draft_vocab_size": 32000}
     facts = Facts(TABLE, drafter=drafter_facts(head, "the head's config.json"))
     findings = run(
         facts,
@@ -1023,12 +1026,7 @@ def test_dsparks_decode_context_refusal_names_the_k3_dspark_class() -> None:
 def test_the_drafters_heads_against_its_tensor_size() -> None:
     """vLLM checks the draft model's heads against the draft's tensor size (the target's,
     unless draftTensorParallelSize says 1)."""
-    head = {
-        "architectures": ["LlamaForCausalLMEagle3"],
-        "model_type": "llama",
-        "vocab_size": 163840,
-        "num_attention_heads": 28,
-    }
+    head = {**EAGLE3_HEAD, "num_attention_heads": 28}
     facts = Facts(TABLE, drafter=drafter_facts(head, "the head's config.json"))
     drafter = {"method": "eagle3", "repo": "example/head", "numSpeculativeTokens": 3}
     findings = run(facts, engine=image("0.33.0"), drafter=drafter)
@@ -1045,12 +1043,7 @@ def test_a_draft_model_takes_the_targets_pipeline_size_through_0_29(
 ) -> None:
     """Through 0.29.0 vLLM gives the draft the target's pipeline size (read from each wheel
     as draftInheritsPipelineParallel), which no drafter class supports."""
-    head = {
-        "architectures": ["LlamaForCausalLMEagle3"],
-        "model_type": "llama",
-        "vocab_size": 163840,
-        "num_attention_heads": 64,
-    }
+    head = EAGLE3_HEAD
     facts = Facts(TABLE, drafter=drafter_facts(head, "the head's config.json"))
     findings = run(
         facts,
