@@ -18,8 +18,11 @@ fills the tenant's namespace with what the operator might hold in memory, one ki
 1,000 ConfigMaps of 250 KiB carrying the operator's managed-by label and naming a resource
 as their controller; 200 KimiK3Deployments at the schema's limits (64 KiB of env values,
 32 KiB of extraArgs, a 200 KiB annotation as kubectl's last-applied copy); 200 pods bound to
-GPU nodes with 1 MiB env values (the GPU ledger lists every bound pod), then a restart of the
-operator, which lists all of it again. Printed: the operator's RSS after each step and its
+GPU nodes with 1 MiB env values (the GPU ledger lists every bound pod), then restarts of the
+operator, which lists all of it again, watching the tenants' namespaces and every namespace,
+each beside the same restarts before phase 3 (the other tenant holding as many resources);
+at each restart a resource is created in the namespace of a tenant that sorts before the
+hostile one and of one that sorts after it. Printed: the operator's RSS after each step and its
 peak (the chart's limit is 512 MiB), another tenant's reconcile delay (a new resource in
 another namespace until its status is written) beside the same delay in phase 1, the gaps
 between the periodic resyncs (configured 5 s), the requests that reached the other port,
@@ -64,6 +67,9 @@ from kimik3_operator.runtime.bounded_http import fetch as bounded_fetch  # noqa:
 KUBECONFIG = ROOT / "e2e" / ".run" / "kubeconfig"
 NAMESPACE = "bench-hostile"
 OTHER = "bench-other"  # another tenant, whose reconcile delay is timed
+# A third tenant, whose namespace sorts before the hostile one: a cluster-wide list passes it
+# first (the API server lists in namespace order), OTHER's after the hostile tenant's.
+FIRST = "bench-a-tenant"
 NOISE = "bench-hostile-pods"  # pods anyone may run: the GPU ledger lists them
 HOME = "bench-hostile-operator"  # the operator's ServiceAccount
 RESYNC_SECONDS = 5
@@ -284,19 +290,19 @@ class RssPeak:
                     self.peak = max(self.peak, rss_mib(self.pid))
 
 
-def reconcile_delay(api: ApiKube, tag: str) -> tuple[float, float]:
-    """Seconds from creating a resource in the other tenant's namespace to its first status,
+def reconcile_delay(api: ApiKube, tag: str, namespace: str = OTHER) -> tuple[float, float]:
+    """Seconds from creating a resource in another tenant's namespace to its first status,
     and of those the API server's answer to the create itself."""
     name = f"probe-{tag}"
     began = time.strftime("%H:%M:%S")
     started = time.monotonic()
-    api.create({**json.loads(deployment(name)), "metadata": {"name": name, "namespace": OTHER}})
+    api.create({**json.loads(deployment(name)), "metadata": {"name": name, "namespace": namespace}})
     created = time.monotonic() - started
     while time.monotonic() - started < 120:
-        found = api.get(API_VERSION, "KimiK3Deployment", name, OTHER) or {}
+        found = api.get(API_VERSION, "KimiK3Deployment", name, namespace) or {}
         if (found.get("status") or {}).get("observedGeneration"):
             took = time.monotonic() - started
-            if took > 2:
+            if took > 2 and namespace == OTHER:
                 # To find in the operator's log (its slow requests and reconciles).
                 seen = ARRIVALS[0].seen.get(name) if ARRIVALS else None
                 watch = "not yet" if seen is None else f"after {seen - started:.2f} s"
@@ -443,6 +449,7 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=float, default=60)
     parser.add_argument("--port", type=int, default=19511)
+    parser.add_argument("--restarts", type=int, default=3, help="restarts per scope and phase")
     args = parser.parse_args()
     env = {
         **os.environ,
@@ -453,7 +460,7 @@ def main() -> int:
     flag = ROOT / "e2e" / ".run" / "bench-hostile.on"
     flag.unlink(missing_ok=True)
     kubectl(env, "apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "manifests/crd"))
-    for namespace in (NAMESPACE, OTHER, NOISE, HOME):
+    for namespace in (NAMESPACE, OTHER, FIRST, NOISE, HOME):
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:  # a previous run's namespace may still be going
             found = subprocess.run(
@@ -497,7 +504,7 @@ def main() -> int:
         **env,
         "KUBECONFIG": str(admin_service_account(cluster, HOME, "kimik3-operator")),
         "KIMIK3_LEASE_NAMESPACE": HOME,
-        "KIMIK3_NAMESPACES": f"{NAMESPACE},{OTHER}",
+        "KIMIK3_NAMESPACES": f"{NAMESPACE},{OTHER},{FIRST}",
         "KIMIK3_METRICS_PORT": str(metrics_port),
         "KIMIK3_METRICS_ADDRESS": "127.0.0.1",
         "KIMIK3_HEALTH_ENDPOINT": "http://127.0.0.1:18097/healthz",
@@ -519,6 +526,43 @@ def main() -> int:
             stderr=subprocess.STDOUT,
             env={**operator_env, **scope},
         )
+
+    def restarts(when: str, running: subprocess.Popen[bytes]) -> subprocess.Popen[bytes]:
+        """``args.restarts`` restarts of the operator in each scope, a resource created in
+        FIRST's and in OTHER's namespace as each process starts: the delays to their status
+        and how much of them was Python's start-up."""
+        for every_namespace in (False, True):
+            found: dict[str, list[float]] = {FIRST: [], OTHER: []}
+            peaks, ups = [], []
+            for attempt in range(args.restarts):
+                running.terminate()
+                running.wait(timeout=30)
+                log.flush()
+                offset = log_path.stat().st_size
+                spawned = time.time()
+                running = start_operator(every_namespace)
+                rss.reset(running.pid)
+                tag = f"restart-{when[:6].strip()}-{int(every_namespace)}-{attempt}"
+                with ThreadPoolExecutor(2) as pool:
+                    delays = {
+                        ns: pool.submit(reconcile_delay, api, f"{tag}-{ns[6]}", ns) for ns in found
+                    }
+                for ns, future in delays.items():
+                    found[ns].append(future.result()[0])
+                time.sleep(15)
+                for ns in found:  # each restart finds the same resources
+                    api.delete(API_VERSION, "KimiK3Deployment", f"probe-{tag}-{ns[6]}", ns)
+                ups.append(first_line_at(log_path, offset) - spawned)
+                peaks.append(rss.peak)
+            scope = "every namespace" if every_namespace else "the three namespaces"
+            print(
+                f"  restart {when}, watching {scope}: RSS peak {max(peaks):.0f} MiB; a resource "
+                f"created as the process started had its status after (s) "
+                f"{FIRST} {[round(d, 2) for d in found[FIRST]]}, "
+                f"{OTHER} {[round(d, 2) for d in found[OTHER]]}; "
+                f"Python's start-up before the first log line {[round(u, 2) for u in ups]}"
+            )
+        return running
 
     operator = start_operator()
     rss = RssPeak()
@@ -588,6 +632,15 @@ def main() -> int:
                 lambda: parallel(lambda n: api.create(bound_pod(n)), list(range(200))),
             ),
         ]
+        # The other tenant holds as many resources as it will after phase 3 (25).
+        fillers = [f"filler-{n}" for n in range(15)]
+        for name in fillers:
+            api.create(
+                {**json.loads(deployment(name)), "metadata": {"name": name, "namespace": OTHER}}
+            )
+        operator = restarts("before phase 3 (no hostile objects)", operator)
+        for name in fillers:
+            api.delete(API_VERSION, "KimiK3Deployment", name, OTHER)
         print(
             "phase 3, memory (the chart's limit is 512 MiB); "
             f"RSS now {rss_mib(operator.pid):.0f} MiB"
@@ -609,25 +662,7 @@ def main() -> int:
             print("  a resource with 1.2 MB of env values: accepted")
         except Exception as exc:
             print(f"  a resource with 1.2 MB of env values: refused ({str(exc)[:120]}...)")
-        for every_namespace in (False, True):
-            operator.terminate()
-            operator.wait(timeout=30)
-            log.flush()
-            offset = log_path.stat().st_size
-            spawned = time.time()
-            operator = start_operator(every_namespace)
-            rss.reset(operator.pid)
-            restart_delay, _ = reconcile_delay(api, f"restart-{int(every_namespace)}")
-            time.sleep(15)
-            up = first_line_at(log_path, offset) - spawned
-            print(
-                f"  restart with all of it present, watching "
-                f"{'every namespace' if every_namespace else 'the two namespaces'}: RSS "
-                f"{rss_mib(operator.pid):.0f} MiB (peak {rss.peak:.0f} during the lists); "
-                f"another tenant's resource, created as the process started, reconciled "
-                f"{restart_delay:.2f} s later, {restart_delay - up:.2f} s after the operator's "
-                f"first log line ({up:.2f} s of Python's start-up before it)"
-            )
+        operator = restarts("with all of it present", operator)
         followed = hits.read_text().count("hit")
         print(f"operator requests that followed a redirect to the other port: {followed}")
 
@@ -663,7 +698,7 @@ def main() -> int:
         server.terminate()
         trap.kill()
         kubectl(env, "delete", "clusterrolebinding", HOME, "--ignore-not-found")
-        for namespace in (NAMESPACE, OTHER, NOISE, HOME):
+        for namespace in (NAMESPACE, OTHER, FIRST, NOISE, HOME):
             kubectl(env, "delete", "namespace", namespace, "--wait=false")
         kubectl(env, "delete", "pv", f"cache-{NAMESPACE}", "--wait=false")
     return 0

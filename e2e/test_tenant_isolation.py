@@ -13,11 +13,13 @@ import uuid
 import pytest
 
 from e2e.support.cluster import (
+    RUN,
     Cluster,
     OperatorProcess,
     create_test_namespace,
     describe,
     kimi,
+    service_account_kubeconfig,
     wait_for,
 )
 
@@ -129,3 +131,88 @@ def test_one_deployment_nested_too_deep_stops_no_other_tenant(
     finally:
         operator.stop()
         cluster.kubectl("delete", "namespace", other, "--wait=false", check=False)
+
+
+def read_everything_write_in(cluster: Cluster, namespaces: list[str], tag: str) -> None:
+    """A ServiceAccount that reads every namespace, as the chart's default operator does, and
+    writes only in ``namespaces``: watching every namespace, the test's operator leaves the
+    other sessions' deployments alone (their writes are refused)."""
+    home = namespaces[0]
+    cluster.kubectl("create", "serviceaccount", "wide", "-n", home)
+    cluster.kubectl(
+        "create", "clusterrole", tag, "--verb=get,list,watch", "--resource=*.*",
+    )  # fmt: skip
+    cluster.kubectl(
+        "create", "clusterrolebinding", tag, f"--clusterrole={tag}",
+        f"--serviceaccount={home}:wide",
+    )  # fmt: skip
+    for namespace in namespaces:
+        cluster.kubectl(
+            "create", "rolebinding", "wide", "-n", namespace, "--clusterrole=cluster-admin",
+            f"--serviceaccount={home}:wide",
+        )  # fmt: skip
+
+
+def test_watching_every_namespace_a_large_tenant_holds_no_one_else(
+    cluster: Cluster, namespace: str
+) -> None:
+    """Watching every namespace (the chart's default), with one tenant holding over 16 MiB of
+    labelled ConfigMaps: every tenant's deployment is built, those whose namespace the first
+    list of KimiK3Deployments passed were handed over before it ended, in the API server's
+    own order. Which resources went on their namespace's own lists of the other kinds
+    depends on how long the cluster-wide lists take here (bench/hostile.py measures it); the
+    decision is unit-tested in runtime/test_manager.py."""
+    from kimik3_operator.api import constants as c
+
+    tag = uuid.uuid4().hex[:6]
+    first = create_test_namespace(cluster, f"e2e-a-{tag}")
+    last = create_test_namespace(cluster, f"e2e-z-{tag}")
+    tenants = [first, namespace, last]
+    read_everything_write_in(cluster, tenants, f"e2e-every-ns-{tag}")
+    labels = {c.LABEL_MANAGED_BY: c.OPERATOR_NAME, c.LABEL_INSTANCE: "large"}
+    config_maps = {
+        "apiVersion": "v1",
+        "kind": "List",
+        "items": [
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": f"large-{n}", "labels": labels},
+                "data": {"k": "#" * 250_000},
+            }
+            for n in range(70)
+        ],
+    }
+    # create, not apply: apply would keep a second copy of each in an annotation
+    cluster.kubectl("create", "-n", namespace, "-f", "-", input=json.dumps(config_maps))
+    for tenant, name in ((first, "first"), (namespace, "large"), (last, "last")):
+        cluster.apply(kimi(name, **SMALL), tenant)
+    operator = OperatorProcess(
+        cluster,
+        namespace,
+        kubeconfig=service_account_kubeconfig(
+            cluster, first, "wide", RUN / f"every-namespace-{tag}.kubeconfig"
+        ),
+        extra_env={"KIMIK3_NAMESPACES": "", "KIMIK3_LEASE_NAMESPACE": first},
+        label="-every-namespace",
+    )
+    try:
+        operator.start()
+        for tenant, name in ((first, "first"), (namespace, "large"), (last, "last")):
+            wait_for(
+                lambda t=tenant, n=name: cluster.get("lws", n, t),
+                90,
+                f"the LeaderWorkerSet of {tenant}/{name}",
+                lambda t=tenant, n=name: describe(cluster, n, t) + operator.log.read_text()[-3000:],
+            )
+        handed = operator.metric('kimik3_namespaces_listed_early_total{how="handed_over"}')
+        assert handed >= 2, "the first list handed over the namespaces it passed"
+        log = operator.log.read_text()
+        assert "not in namespace order" not in log
+        print(operator.metrics_text("kimik3_namespaces_listed_early"))
+        assert len(cluster.items("configmap", namespace, "app.kubernetes.io/instance=large")) == 70
+    finally:
+        operator.stop()
+        cluster.kubectl(
+            "delete", "clusterrolebinding,clusterrole", f"e2e-every-ns-{tag}", check=False
+        )

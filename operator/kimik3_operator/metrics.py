@@ -17,6 +17,13 @@ REJECTED_OBJECTS = Counter(
     "Objects the informers skipped because they nest too deep to decode, by kind",
     ["kind"],
 )
+NAMESPACES_LISTED_EARLY = Counter(
+    "kimik3_namespaces_listed_early",
+    "Namespaces whose resources went before the cluster-wide lists ended: handed over by the "
+    "first list of KimiK3Deployments (handed_over) or read by lists of their own (own_lists); "
+    "and those over the byte budget for their own lists, left to wait (too_large)",
+    ["how"],
+)
 RECONCILE_SECONDS = Histogram(
     "kimik3_reconcile_duration_seconds",
     "Time one reconcile takes",

@@ -13,6 +13,11 @@ One thread per informer, with client-go's reflector guarantees:
 - an object the decoder refuses (runtime/decode.py: nested too deep) is skipped, reported to
   ``on_rejected`` and, for the consumer, gone; the rest of its page, and the watch, go on.
 The API server is never polled.
+
+A cluster-wide watch's first list can take seconds when one tenant holds much; two things
+let the other tenants go before it ends: ``on_namespace_listed`` hands over each namespace's
+objects as soon as the list has passed them (the API server lists in key order, namespace
+first), and ``list_namespace`` reads one namespace alone, up to a byte budget.
 """
 
 from __future__ import annotations
@@ -50,6 +55,27 @@ class NotServedError(Exception):
     """The API server does not serve the resource (its CRD is not installed)."""
 
 
+class ListTooLargeError(Exception):
+    """A namespace's own list read past its byte budget."""
+
+
+@dataclass
+class ByteBudget:
+    """Bytes one or more lists may still read (shared by the lists of one namespace)."""
+
+    left: int
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def spend(self, chunks: Iterator[bytes]) -> Iterator[bytes]:
+        for chunk in chunks:
+            with self._lock:
+                self.left -= len(chunk)
+                over = self.left < 0
+            if over:
+                raise ListTooLargeError
+            yield chunk
+
+
 @dataclass
 class Informer:
     """Keeps a consumer in step with ``path`` (a collection path, e.g. /api/v1/pods)."""
@@ -84,6 +110,10 @@ class Informer:
     track: bool = True
     # Called after every list the consumer has taken (``synced`` is set by then).
     on_listed: Callable[[], None] = lambda: None
+    # During the first list, each namespace's objects once the list has passed them, before
+    # ``on_sync`` has the whole list: a cluster-wide list of a kind is in key order, so a
+    # namespace is complete when the next object is in another one.
+    on_namespace_listed: Callable[[str, list[Obj]], None] | None = None
     synced: threading.Event = field(default_factory=threading.Event)
     _stop: threading.Event = field(default_factory=threading.Event)
     _wake: threading.Event = field(default_factory=threading.Event)
@@ -122,24 +152,39 @@ class Informer:
             query.append(("fieldSelector", self.field_selector))
         return query
 
-    def _request(self, query: list[tuple[str, str]], timeout: Any) -> Any:
-        return send(self.api_client, "GET", self.path, query=query, timeout=timeout)
+    def _request(self, query: list[tuple[str, str]], timeout: Any, path: str = "") -> Any:
+        return send(self.api_client, "GET", path or self.path, query=query, timeout=timeout)
 
-    def _list(self) -> tuple[list[Obj], str]:
+    def list_namespace(self, path: str, budget: ByteBudget) -> list[Obj]:
+        """One list of ``path`` (this kind in one namespace), with this informer's selector,
+        transform and decoding, reading at most what ``budget`` has left
+        (ListTooLargeError past it). The informer's own state is untouched."""
+        return self._list(path, budget)[0]
+
+    def _list(
+        self,
+        path: str = "",
+        budget: ByteBudget | None = None,
+        on_namespace: Callable[[str, list[Obj]], None] | None = None,
+    ) -> tuple[list[Obj], str]:
         items: list[Obj] = []
         token = ""
         transform = self.list_transform() if self.list_transform else self.transform
+        runs = NamespaceRuns(on_namespace, self.name or self.path) if on_namespace else None
         while True:
             extra = [("limit", str(self.page))] + ([("continue", token)] if token else [])
-            response = self._request(self._query(extra), 60)
+            response = self._request(self._query(extra), 60, path)
             if response.status == 404:
                 # A group the API server does not serve answers in plain text.
                 raise NotServedError
             if response.status >= 400:
                 data, _ = decode.loads(response.read() or b"{}")
-                raise OSError(f"list {self.path}: {response.status} {data.get('message', '')}")
+                raise OSError(
+                    f"list {path or self.path}: {response.status} {data.get('message', '')}"
+                )
             raw = response.response
-            body = decode.ListBody(raw.stream(65536, decode_content=True), self.object_hook)
+            chunks = raw.stream(65536, decode_content=True)
+            body = decode.ListBody(budget.spend(chunks) if budget else chunks, self.object_hook)
             try:
                 for obj, cut in body.items():
                     if (cut or self.strict) and self._refused(obj):
@@ -147,6 +192,11 @@ class Informer:
                     kept = transform(obj) if transform else obj
                     if kept is not None:
                         items.append(kept)
+                        if runs is not None:
+                            runs.add(kept)
+            except BaseException:
+                raw.close()  # read only in part: the connection cannot carry another request
+                raise
             finally:
                 raw.release_conn()
             meta = body.rest.get("metadata") or {}
@@ -265,7 +315,8 @@ class Informer:
             try:
                 if not version:
                     started = time.monotonic()
-                    items, version = self._list()
+                    first = None if self.synced.is_set() else self.on_namespace_listed
+                    items, version = self._list(on_namespace=first)
                     self._sync(items)
                     log.info(
                         "informer %s: listed, %d kept, in %.2fs",
@@ -307,3 +358,41 @@ class Informer:
                     return
                 backoff = min(backoff * 2, BACKOFF_MAX)
                 # The watch resumes from the last version it saw; a list only if none yet.
+
+
+class NamespaceRuns:
+    """Hands over each namespace's objects of a list in key order as soon as the list has
+    passed them. Should a namespace come back (the order is not the API server's), it stops
+    handing over: what it handed over stays a namespace's complete objects at the time, and
+    the whole list follows."""
+
+    def __init__(self, hand_over: Callable[[str, list[Obj]], None], name: str) -> None:
+        self.hand_over: Callable[[str, list[Obj]], None] | None = hand_over
+        self.name = name
+        self.current: str | None = None
+        self.run: list[Obj] = []
+        self.passed: set[str] = set()
+
+    def add(self, obj: Obj) -> None:
+        if self.hand_over is None:
+            return
+        namespace = str((obj.get("metadata") or {}).get("namespace") or "")
+        if namespace != self.current:
+            if self.current is not None:
+                self._give(self.current, self.run)
+                self.passed.add(self.current)
+            if namespace in self.passed:
+                log.warning(
+                    "informer %s: a list not in namespace order; waiting for it whole", self.name
+                )
+                self.hand_over, self.run = None, []
+                return
+            self.current, self.run = namespace, []
+        self.run.append(obj)
+
+    def _give(self, namespace: str, objects: list[Obj]) -> None:
+        assert self.hand_over is not None
+        try:
+            self.hand_over(namespace, objects)
+        except Exception:
+            log.exception("informer %s: the namespace handler failed", self.name)

@@ -13,6 +13,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Protocol
@@ -32,7 +33,13 @@ from kimik3_operator.runtime.gpu_ledger import (
     ledger_node_fields,
     pods_informer,
 )
-from kimik3_operator.runtime.informer import Informer, Obj
+from kimik3_operator.runtime.informer import (
+    ByteBudget,
+    Informer,
+    ListTooLargeError,
+    NotServedError,
+    Obj,
+)
 from kimik3_operator.runtime.namespaces import NamespaceLabels
 from kimik3_operator.runtime.queue import WorkQueue
 from kimik3_operator.runtime.readers import AcceptanceReader, ProgressReader
@@ -45,6 +52,10 @@ MANAGED_SELECTOR = f"{c.LABEL_MANAGED_BY}={c.OPERATOR_NAME}"
 REJECTED_REMEMBERED = 10_000
 # A reconcile that waited and ran this long in all is logged (INFO), with where it waited.
 SLOW_RECONCILE_SECONDS = 2.0
+# What a namespace's own lists may read, all kinds together, while the cluster-wide ones run:
+# a namespace holding more waits for those (it would cost the API server its objects twice).
+NAMESPACE_LIST_BYTES = 16 << 20
+NAMESPACE_LISTS_AT_ONCE = 4
 
 
 # CRDs whose presence changes what the operator builds.
@@ -119,6 +130,16 @@ class Manager:
     _parked: dict[Key, bool] = field(default_factory=dict)  # key -> parked on the ledger
     _parked_lock: threading.Lock = field(default_factory=threading.Lock)
     _ledger_pods: Informer | None = None
+    # Watching every namespace: the cluster-wide watches of namespaced kinds, by name, and
+    # the namespaces each holds in the store from a list of its own (or, for the
+    # KimiK3Deployments, handed over by the first list as it passed them) until its own
+    # list is there. ``_whole``: the watches whose own list the store holds.
+    _by_namespace: dict[str, tuple[Informer, Kind]] = field(default_factory=dict)
+    _listed_namespaces: dict[str, set[str]] = field(default_factory=dict)
+    _whole: set[str] = field(default_factory=set)
+    _too_large: set[str] = field(default_factory=set)
+    _lists_lock: threading.Lock = field(default_factory=threading.Lock)
+    _namespace_locks: dict[str, threading.Lock] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.kube = StoreKube(self.api, self.store, background_events=True)
@@ -142,15 +163,18 @@ class Manager:
         needed: list[tuple[str | None, Informer]] = []
         by_kind: dict[str, list[Informer]] = {}
         for namespace in scopes:
-            needed.append((namespace, self._informer(KINDS[c.KIND], namespace, "")))
-            for child in CHILDREN:
-                informer = self._informer(child, namespace, MANAGED_SELECTOR)
-                by_kind.setdefault(child.kind, []).append(informer)
-                needed.append((namespace, informer))
+            namespaced = [(KINDS[c.KIND], "")] + [(child, MANAGED_SELECTOR) for child in CHILDREN]
             # Claims the user names for the model cache carry no label of ours.
-            needed.append(
-                (namespace, self._informer(KINDS["PersistentVolumeClaim"], namespace, ""))
-            )
+            namespaced.append((KINDS["PersistentVolumeClaim"], ""))
+            for watched, selector in namespaced:
+                informer = self._informer(watched, namespace, selector)
+                by_kind.setdefault(watched.kind, []).append(informer)
+                needed.append((namespace, informer))
+                if namespace is None:
+                    self._by_namespace[informer.name] = (informer, watched)
+                    self._listed_namespaces[informer.name] = set()
+                if namespace is None and watched.kind == c.KIND:
+                    informer.on_namespace_listed = partial(self._resources_listed, informer.name)
         for crd, kind in WATCHED_CRDS.items():
             needed.append((None, self._crd_informer(crd, by_kind.get(kind, []))))
         made = [informer for _, informer in needed]
@@ -180,14 +204,91 @@ class Manager:
     # --- resources due before their watches have listed ---------------------------------
 
     def listed_for(self, namespace: str) -> bool:
-        """Whether every watch a reconcile in ``namespace`` reads has listed: a reconcile
-        before the store holds the truth would report absences it made up. With watches per
-        namespace, one namespace's large list delays only its own resources."""
+        """Whether every watch a reconcile in ``namespace`` reads has listed, or, for a
+        cluster-wide one, the store holds that namespace's objects of its kind from a list of
+        their own: a reconcile before the store holds the truth would report absences it made
+        up. With watches per namespace, one namespace's large list delays only its own
+        resources; watching every namespace, only the resources of a namespace over
+        NAMESPACE_LIST_BYTES wait for the cluster-wide lists."""
         return all(
             informer.synced.is_set()
+            or (scope is None and namespace in self._listed_namespaces.get(informer.name, ()))
             for scope, informer in self._needed
             if scope is None or scope == namespace
         )
+
+    def _resources_listed(self, name: str, namespace: str, items: list[Obj]) -> None:
+        """The first cluster-wide list of KimiK3Deployments (watch ``name``) has passed
+        ``namespace``: its resources are due now, not when the list of every namespace ends."""
+        with self._lists_lock:
+            if name in self._whole:
+                return
+            self.store.replace(c.KIND, namespace, items, trim=False)
+            self._listed_namespaces[name].add(namespace)
+        metrics.NAMESPACES_LISTED_EARLY.labels("handed_over").inc()
+        for item in items:
+            self._enqueue(Store.key(c.KIND, item)[1:])
+
+    def _list_namespace(self, namespace: str) -> bool:
+        """Lists ``namespace``'s objects of each cluster-wide watch still listing, side by
+        side, up to NAMESPACE_LIST_BYTES in all, into the store; whether every watch its
+        reconcile reads is then listed for it. One worker at a time lists a namespace; one
+        over the bytes is not listed again (its resources wait for the cluster-wide lists)."""
+        if not self._by_namespace or namespace in self._too_large:
+            return False
+        with self._lists_lock:
+            lock = self._namespace_locks.setdefault(namespace, threading.Lock())
+        with lock:
+            pending = [
+                (name, informer, kind)
+                for name, (informer, kind) in self._by_namespace.items()
+                if not informer.synced.is_set() and namespace not in self._listed_namespaces[name]
+            ]
+            if not pending:
+                return self.listed_for(namespace)
+            budget = ByteBudget(NAMESPACE_LIST_BYTES)
+            started = time.monotonic()
+            with ThreadPoolExecutor(min(NAMESPACE_LISTS_AT_ONCE, len(pending))) as pool:
+                lists = [
+                    (name, kind, pool.submit(informer.list_namespace, kind.path(namespace), budget))
+                    for name, informer, kind in pending
+                ]
+                found: list[tuple[str, Kind, list[Obj]]] = []
+                for name, kind, future in lists:
+                    try:
+                        found.append((name, kind, future.result()))
+                    except NotServedError:  # its CRD is not installed: none of it
+                        found.append((name, kind, []))
+                    except ListTooLargeError:
+                        self._too_large.add(namespace)
+                    except Exception as exc:
+                        log.info("list of %s in %s failed: %s", kind.plural, namespace, exc)
+            if namespace in self._too_large:
+                metrics.NAMESPACES_LISTED_EARLY.labels("too_large").inc()
+                log.info(
+                    "namespace %s holds over %d MiB of watched objects: its resources wait for "
+                    "the cluster-wide lists",
+                    namespace,
+                    NAMESPACE_LIST_BYTES >> 20,
+                )
+                return False
+            with self._lists_lock:
+                for name, kind, items in found:
+                    # Its own list arrived meanwhile: that is newer than this one.
+                    if name not in self._whole:
+                        self.store.replace(kind.kind, namespace, items, trim=False)
+                        self._listed_namespaces[name].add(namespace)
+            metrics.NAMESPACES_LISTED_EARLY.labels("own_lists").inc()
+            log.info(
+                "namespace %s: %d of %d kinds listed on their own in %.2fs (%d KiB) while the "
+                "cluster-wide lists run",
+                namespace,
+                len(found),
+                len(pending),
+                time.monotonic() - started,
+                (NAMESPACE_LIST_BYTES - budget.left) >> 10,
+            )
+        return self.listed_for(namespace)
 
     def _park(self, key: Key, ledger: bool = False) -> None:
         with self._parked_lock:
@@ -214,8 +315,18 @@ class Manager:
     def _informer(self, watched: Kind, namespace: str | None, selector: str) -> Informer:
         kind, plural = watched.kind, watched.plural
 
+        name = f"{plural} in {namespace or 'all namespaces'}"
+
         def on_sync(items: list[Obj]) -> None:
-            self.store.replace(kind, namespace, items, trim=False)  # trimmed on arrival
+            with self._lists_lock:
+                self.store.replace(kind, namespace, items, trim=False)  # trimmed on arrival
+                self._whole.add(name)
+                early = self._listed_namespaces.get(name, set())
+            if early and kind != c.KIND:
+                # Read from their own lists before: reconciled again on the whole truth.
+                for key in self.store.keys(c.KIND):
+                    if key[0] in early:
+                        self._enqueue(key)
             if kind == c.KIND:
                 self._forget_missing()
                 for item in items:
@@ -246,7 +357,7 @@ class Manager:
             on_sync=on_sync,
             on_event=on_event,
             label_selector=selector,
-            name=f"{plural} in {namespace or 'all namespaces'}",
+            name=name,
             transform=partial(trimmed, kind),
             list_transform=partial(list_budget, kind),
             on_rejected=partial(self.rejected, kind),
@@ -352,7 +463,7 @@ class Manager:
 
     def reconcile_key(self, key: Key) -> None:
         namespace, name = key
-        if not self.listed_for(namespace):
+        if not self.listed_for(namespace) and not self._list_namespace(namespace):
             self._park(key)
             return
         try:

@@ -47,6 +47,9 @@ class Response:
     def release_conn(self) -> None:
         pass
 
+    def close(self) -> None:
+        self.closed = True
+
 
 class FakeApi:
     """Answers lists from ``objects`` and watches from a script of callables, one a watch."""

@@ -132,3 +132,113 @@ def test_watch_timeouts_and_backoffs_are_jittered() -> None:
     assert api.watch_timeouts[:3] == [290, 435, 577]
     informer.random = lambda: 0.5
     assert informer._jittered(2.0) == 3.0
+
+
+def in_namespace(name: str, namespace: str, size: int = 0) -> Obj:
+    found = pod(name, 5)
+    found["metadata"]["namespace"] = namespace
+    found["data"] = "#" * size
+    return found
+
+
+class PathApi(FakeApi):
+    """Lists each path's own objects (a namespace's, or all of them) and records the paths."""
+
+    def __init__(self, objects: list[Obj]) -> None:
+        super().__init__(objects, [])
+        self.paths: list[str] = []
+        self.answers: list[Response] = []
+
+    def param_serialize(self, **kwargs: Any) -> tuple[Any, ...]:
+        return (dict(kwargs["query_params"]), kwargs["resource_path"])
+
+    def call_api(  # type: ignore[override]
+        self, query: dict[str, str], path: str, _request_timeout: Any = None
+    ) -> Response:
+        self.paths.append(path)
+        if "watch" in query:
+            return super().call_api(query)
+        _, _, rest = path.partition("/namespaces/")
+        namespace = rest.split("/", maxsplit=1)[0]
+        picked = [o for o in self.objects if namespace in ("", o["metadata"]["namespace"])]
+        answer = Response(200, {"items": picked, "metadata": {"resourceVersion": "10"}})
+        self.answers.append(answer)
+        return answer
+
+
+def test_the_first_list_hands_over_each_namespace_once_the_list_has_passed_it() -> None:
+    """Listing every namespace, a namespace's objects go to the consumer as soon as the list
+    is in the next namespace (the API server lists in key order): a tenant sorted after
+    another does not wait for all of the list. The last namespace comes with the list."""
+    api = PathApi(
+        [
+            in_namespace("a1", "a"),
+            in_namespace("a2", "a"),
+            in_namespace("b1", "b"),
+            in_namespace("c1", "c"),
+        ]
+    )
+    handed: list[tuple[str, list[str]]] = []
+    synced: list[list[str]] = []
+    informer = Informer(
+        api,
+        "/api/v1/pods",
+        on_sync=lambda items: synced.append([i["metadata"]["name"] for i in items]),
+        on_event=lambda *_: None,
+        on_namespace_listed=lambda ns, items: handed.append(
+            (ns, [i["metadata"]["name"] for i in items])
+        ),
+    )
+    informer.start()
+    assert api.idle.wait(10)
+    informer.stop()
+    assert handed == [("a", ["a1", "a2"]), ("b", ["b1"])]
+    assert synced == [["a1", "a2", "b1", "c1"]]
+
+
+def test_a_list_out_of_namespace_order_hands_over_nothing_more() -> None:
+    api = PathApi(
+        [
+            in_namespace("a1", "a"),
+            in_namespace("b1", "b"),
+            in_namespace("a2", "a"),
+            in_namespace("c1", "c"),
+        ]
+    )
+    handed: list[str] = []
+    informer = Informer(
+        api,
+        "/api/v1/pods",
+        on_sync=lambda _items: None,
+        on_event=lambda *_: None,
+        on_namespace_listed=lambda ns, _items: handed.append(ns),
+    )
+    informer.start()
+    assert api.idle.wait(10)
+    informer.stop()
+    # b is handed when a comes back, before the disorder shows; from then on nothing is.
+    assert handed == ["a", "b"], "c is not handed: it comes with the whole list"
+
+
+def test_a_namespaces_own_list_reads_its_path_within_the_budget() -> None:
+    from kimik3_operator.runtime.informer import ByteBudget, ListTooLargeError
+
+    api = PathApi(
+        [
+            in_namespace("a1", "a", 1000),
+            in_namespace("b1", "b", 1000),
+            in_namespace("b2", "b", 1000),
+        ]
+    )
+    informer = Informer(
+        api, "/api/v1/pods", on_sync=lambda _i: None, on_event=lambda *_: None, label_selector="x=y"
+    )
+    budget = ByteBudget(3000)
+    found = informer.list_namespace("/api/v1/namespaces/a/pods", budget)
+    assert [o["metadata"]["name"] for o in found] == ["a1"]
+    assert api.paths == ["/api/v1/namespaces/a/pods"]
+    assert 0 < budget.left < 2000, "what the list read is spent"
+    with pytest.raises(ListTooLargeError):
+        informer.list_namespace("/api/v1/namespaces/b/pods", budget)
+    assert getattr(api.answers[-1], "closed", False), "a list read in part closes its connection"
+    assert not informer.synced.is_set(), "the informer's own state is untouched"
