@@ -517,17 +517,24 @@ def main() -> int:
     log_path = ROOT / "e2e" / ".run" / "bench-hostile-operator.log"
     log = open(log_path, "ab")  # noqa: SIM115
 
+    started: list[subprocess.Popen[bytes]] = []  # every one is stopped at the end
+
     def start_operator(every_namespace: bool = False) -> subprocess.Popen[bytes]:
         scope = {"KIMIK3_NAMESPACES": ""} if every_namespace else {}
-        return subprocess.Popen(
-            [sys.executable, "-m", "kimik3_operator", "run"],
-            cwd=ROOT,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env={**operator_env, **scope},
+        started.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "kimik3_operator", "run"],
+                cwd=ROOT,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env={**operator_env, **scope},
+            )
         )
+        return started[-1]
 
-    def restarts(when: str, running: subprocess.Popen[bytes]) -> subprocess.Popen[bytes]:
+    def restarts(
+        when: str, label: str, running: subprocess.Popen[bytes]
+    ) -> subprocess.Popen[bytes]:
         """``args.restarts`` restarts of the operator in each scope, a resource created in
         FIRST's and in OTHER's namespace as each process starts: the delays to their status
         and how much of them was Python's start-up."""
@@ -542,7 +549,7 @@ def main() -> int:
                 spawned = time.time()
                 running = start_operator(every_namespace)
                 rss.reset(running.pid)
-                tag = f"restart-{when[:6].strip()}-{int(every_namespace)}-{attempt}"
+                tag = f"restart-{label}-{int(every_namespace)}-{attempt}"
                 with ThreadPoolExecutor(2) as pool:
                     delays = {
                         ns: pool.submit(reconcile_delay, api, f"{tag}-{ns[6]}", ns) for ns in found
@@ -638,7 +645,7 @@ def main() -> int:
             api.create(
                 {**json.loads(deployment(name)), "metadata": {"name": name, "namespace": OTHER}}
             )
-        operator = restarts("before phase 3 (no hostile objects)", operator)
+        operator = restarts("before phase 3 (no hostile objects)", "before", operator)
         for name in fillers:
             api.delete(API_VERSION, "KimiK3Deployment", name, OTHER)
         print(
@@ -662,7 +669,7 @@ def main() -> int:
             print("  a resource with 1.2 MB of env values: accepted")
         except Exception as exc:
             print(f"  a resource with 1.2 MB of env values: refused ({str(exc)[:120]}...)")
-        operator = restarts("with all of it present", operator)
+        operator = restarts("with all of it present", "after", operator)
         followed = hits.read_text().count("hit")
         print(f"operator requests that followed a redirect to the other port: {followed}")
 
@@ -693,8 +700,9 @@ def main() -> int:
                 print(f"            (the other port received {arrived})")
     finally:
         flag.unlink(missing_ok=True)
-        operator.terminate()
-        operator.wait(timeout=20)
+        for process in started:
+            process.terminate()
+            process.wait(timeout=20)
         server.terminate()
         trap.kill()
         kubectl(env, "delete", "clusterrolebinding", HOME, "--ignore-not-found")

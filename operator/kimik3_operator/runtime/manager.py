@@ -239,6 +239,8 @@ class Manager:
         with self._lists_lock:
             lock = self._namespace_locks.setdefault(namespace, threading.Lock())
         with lock:
+            if namespace in self._too_large:  # found so by the worker this one waited for
+                return False
             pending = [
                 (name, informer, kind)
                 for name, (informer, kind) in self._by_namespace.items()

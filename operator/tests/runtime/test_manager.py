@@ -645,6 +645,15 @@ def test_a_namespace_over_the_list_budget_waits_for_the_cluster_wide_list() -> N
         raise ListTooLargeError
 
     config_maps.list_namespace = list_namespace
+    # A second worker waits for the first one's list of the namespace, and then lists nothing.
+    lock = manager._namespace_locks.setdefault("hostile", threading.Lock())
+    with lock:
+        waiting = threading.Thread(target=manager.reconcile_key, args=(("hostile", "b"),))
+        waiting.start()
+        time.sleep(0.2)
+        manager._too_large.add("hostile")  # what the first worker's list found
+    waiting.join(5)
+    manager._too_large.clear()
     manager.reconcile_key(("hostile", "a"))
     manager.reconcile_key(("hostile", "b"))
     assert recorder.ran == [] and len(asked) == 1, "tried once"
