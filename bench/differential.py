@@ -40,7 +40,7 @@ import random
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -447,8 +447,16 @@ def release_python(version: str) -> tuple[str, dict[str, str]] | None:
     return None
 
 
+# Runs ``python SCRIPT ARG...`` in vLLM's venv with this environment over the process's,
+# raising when it fails: how the tests run it in a fork of a process that imported vLLM.
+Runner = Callable[[list[str], Mapping[str, str]], None]
+
+
 def ask_vllm(
-    python: str, cases: Sequence[Mapping[str, Any]], env: Mapping[str, str] | None = None
+    python: str,
+    cases: Sequence[Mapping[str, Any]],
+    env: Mapping[str, str] | None = None,
+    run: Runner | None = None,
 ) -> dict[str, dict[str, Any]]:
     """vLLM's verdicts, one process per platform (the platform is set once a process)."""
     answers: dict[str, dict[str, Any]] = {}
@@ -458,13 +466,17 @@ def ask_vllm(
             batch = [c for c in cases if c["platform"] == platform]
             asked, told = pathlib.Path(work) / "cases.json", pathlib.Path(work) / "answers.json"
             asked.write_text(json.dumps(batch))
-            subprocess.run(
-                [python, str(script), "--differential", str(asked), str(told)],
-                check=True,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                env={**os.environ, "VLLM_LOGGING_LEVEL": "ERROR", **(env or {})},
-            )
+            argv = [str(script), "--differential", str(asked), str(told)]
+            if run is not None:
+                run(argv, env or {})
+            else:
+                subprocess.run(
+                    [python, *argv],
+                    check=True,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                    env={**os.environ, "VLLM_LOGGING_LEVEL": "ERROR", **(env or {})},
+                )
             answers.update({a["id"]: a for a in json.loads(told.read_text())})
     return answers
 
@@ -496,6 +508,7 @@ def compare(
     python: str,
     points: Sequence[Mapping[str, Any]],
     env: Mapping[str, str] | None = None,
+    run: Runner | None = None,
 ) -> tuple[list[Outcome], int]:
     """The outcome of every readable spec, and how many the CRD or the operator refuses."""
     statics: dict[str, Static] = {}
@@ -519,7 +532,7 @@ def compare(
         later[case_id] = decided_later(point, version)
         described[case_id] = " ".join(f"{k}={v}" for k, v in point.items())
         cases.append(case_of(case_id, spec, version, config))
-    answers = ask_vllm(python, cases, env)
+    answers = ask_vllm(python, cases, env, run)
     outcomes = [
         Outcome(
             case_id,

@@ -18,7 +18,7 @@ from kimik3_operator.preflight.gate import probed_facts
 from kimik3_operator.preflight.rules import run_rules
 from kimik3_operator.preflight.table import load_table
 
-from .helpers import vllm_python
+from .helpers import run_differential, vllm_python
 from .test_probe_script import probe_report
 
 pytestmark = pytest.mark.vllm
@@ -27,7 +27,7 @@ SAMPLE = 48
 
 def test_static_verdicts_agree_with_vllm_on_a_sample_of_the_space() -> None:
     points = sample_points(SAMPLE, 20261204)
-    outcomes, unreadable = compare("0.33.0", vllm_python(), points)
+    outcomes, unreadable = compare("0.33.0", vllm_python(), points, run=run_differential)
     result = report("0.33.0", outcomes, unreadable)
     print(json.dumps({k: result[k] for k in ("compared", "agreement", "counts")}))
     assert result["compared"] >= SAMPLE * 3 // 4
@@ -152,7 +152,10 @@ def test_the_attention_types_and_head_kinds_agree_with_vllm() -> None:
     }
     names = list(points)
     outcomes, unreadable = compare(
-        "0.33.0", vllm_python(), [{**BASE_POINT, **points[name][0]} for name in names]
+        "0.33.0",
+        vllm_python(),
+        [{**BASE_POINT, **points[name][0]} for name in names],
+        run=run_differential,
     )
     assert unreadable == 0
     for name, outcome in zip(names, outcomes, strict=True):

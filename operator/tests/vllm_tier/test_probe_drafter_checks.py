@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import pathlib
-import subprocess
 from typing import Any
 
 import pytest
@@ -17,7 +16,7 @@ from kimik3_operator.preflight.facts import drafter_facts, target_facts
 from kimik3_operator.preflight.rules import Facts, run_rules
 from kimik3_operator.preflight.table import load_table
 
-from .helpers import ROOT, vllm_python
+from .helpers import PROBE_ENV, ROOT, run_vllm
 
 pytestmark = pytest.mark.vllm
 SCRIPT = ROOT / "operator" / "kimik3_operator" / "programs" / "probe.py"
@@ -88,14 +87,7 @@ def answers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             {"path": str(write_config(tmp / name, drafter))} if drafter is not None else {}
         )
         requests[name] = request
-    result = subprocess.run(
-        [vllm_python(), str(RUNNER), str(SCRIPT)],
-        input=json.dumps(requests),
-        capture_output=True,
-        text=True,
-        timeout=1200,
-        check=False,
-    )
+    result = run_vllm([RUNNER, SCRIPT], input=json.dumps(requests), env=PROBE_ENV, timeout=1200)
     assert result.returncode == 0, result.stderr[-3000:]
     found: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
     return found

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import pathlib
-import subprocess
 from typing import Any
 
 import pytest
@@ -16,7 +15,7 @@ from kimik3_operator.api.parse import parse_spec
 from kimik3_operator.builders.preflight_job import probe_request
 from kimik3_operator.preflight.table import load_table
 
-from .helpers import ROOT, vllm_python
+from .helpers import PROBE_ENV, ROOT, run_vllm
 
 pytestmark = pytest.mark.vllm
 SCRIPT = ROOT / "operator" / "kimik3_operator" / "programs" / "probe.py"
@@ -32,13 +31,7 @@ def run_probe(platform: str, tmp: pathlib.Path) -> dict[str, Any]:
 
 def probe_report(request: dict[str, Any]) -> dict[str, Any]:
     """The report the probe script prints for ``request``, run with the real vLLM."""
-    result = subprocess.run(
-        [vllm_python(), str(SCRIPT), json.dumps(request)],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-    )
+    result = run_vllm([SCRIPT, json.dumps(request)], env=PROBE_ENV)
     assert result.returncode == 0, result.stderr[-3000:]
     report: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
     return report

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import pathlib
-import subprocess
 from typing import Any
 
 import pytest
@@ -16,7 +15,7 @@ import pytest
 from kimik3_operator.preflight.generate import WHEELS, Wheel, download
 from kimik3_operator.preflight.refusals import TABLE_PATH, inventory, release_sites
 
-from .helpers import ROOT, vllm_python
+from .helpers import PROBE_ENV, ROOT, run_vllm
 from .test_probe_construction import CASES, probe_cases
 
 pytestmark = pytest.mark.vllm
@@ -40,19 +39,7 @@ def test_no_site_the_probe_runs_is_mapped_out_of_its_reach(
     regenerated: dict[str, Any], tmp_path: pathlib.Path
 ) -> None:
     (tmp_path / "cases.json").write_text(json.dumps(probe_cases()))
-    result = subprocess.run(
-        [
-            vllm_python(),
-            str(TRACER),
-            str(SCRIPT),
-            str(tmp_path / "cases.json"),
-            str(tmp_path / "out"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-    )
+    result = run_vllm([TRACER, SCRIPT, tmp_path / "cases.json", tmp_path / "out"], env=PROBE_ENV)
     assert result.returncode == 0, result.stderr[-3000:]
     traced = json.loads((tmp_path / "out").read_text())
     assert {a["id"] for a in traced["answers"]} == set(CASES)

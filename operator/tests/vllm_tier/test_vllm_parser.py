@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import pathlib
-import subprocess
 from typing import Any
 
 import pytest
@@ -17,7 +16,7 @@ from kimik3_operator.builders.children import Part, desired_children
 from kimik3_operator.builders.common import Owner
 from kimik3_operator.preflight.table import load_table
 
-from .helpers import vllm_python
+from .helpers import PROBE_ENV, run_vllm
 
 # The LeaderWorkerSet, its Service and PodMonitor.
 SERVED: tuple[Part, ...] = ("groups", "serving")
@@ -83,13 +82,12 @@ def parsed() -> dict[str, Any]:
     cases["refused/bad-tp"] = ["m", "--tensor-parallel-size", "two"]
     for name, args in SPELLINGS.items():
         cases[f"spelling/{name}"] = ["m", *args]
-    run = subprocess.run(
-        [vllm_python(), str(pathlib.Path(__file__).with_name("parse_serve_args.py"))],
+    # In the probe's environment: the probe in the image parses the serve flags there too.
+    run = run_vllm(
+        [pathlib.Path(__file__).with_name("parse_serve_args.py")],
         input=json.dumps({"cases": cases}),
-        capture_output=True,
-        text=True,
+        env=PROBE_ENV,
         timeout=600,
-        check=False,
     )
     assert run.returncode == 0, run.stderr[-4000:]
     result: dict[str, Any] = json.loads(run.stdout.strip().splitlines()[-1])
