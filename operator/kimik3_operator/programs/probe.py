@@ -71,6 +71,8 @@ DRAFTER_CONFIG_KEYS = (
 )
 TERMINATION_LOG = "/dev/termination-log"
 TERMINATION_LIMIT = 4096
+# humming-kernels (required by vllm 0.33.0): set, its modules start no background build.
+HUMMING_NO_BUILDS = "HUMMING_DISABLE_PARALLEL_BUILD"
 
 
 def module_file(module: str, package: bool = False) -> str:
@@ -880,8 +882,12 @@ def _gpu_node_environment() -> None:
     """Before vLLM is imported: vLLM turns Triton off when it finds no active GPU driver,
     as on the probe's CPU node, and then refuses what needs it (Model Runner V2). An empty
     CUDA_VISIBLE_DEVICES is vLLM's own case of a GPU node whose devices are not yet
-    visible, where it keeps Triton; the probe sees no device either way."""
+    visible, where it keeps Triton; the probe sees no device either way. The probe runs no
+    kernel: the humming kernels vLLM 0.33 requires would start two background builds of their
+    CUDA launcher when imported (each a Python importing torch, beside the probe in its one
+    CPU), so they are turned off."""
     os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
+    os.environ.setdefault(HUMMING_NO_BUILDS, "1")
 
 
 def probe(request: dict[str, Any]) -> dict[str, Any]:

@@ -19,9 +19,9 @@ ZYGOTE = pathlib.Path(__file__).with_name("zygote.py")
 # What every script of the tier imports first: vLLM's engine arguments pull in its
 # configuration, torch and transformers (about 35 s of CPU on a 2-core machine).
 PRELOAD = ("vllm.engine.arg_utils",)
-# The probe sets this before it imports vLLM (programs/probe.py, _gpu_node_environment): a
+# What the probe sets before it imports vLLM (programs/probe.py, _gpu_node_environment): a
 # fork that starts with vLLM imported must have had it at the import.
-PROBE_ENV = {"CUDA_VISIBLE_DEVICES": ""}
+PROBE_ENV = {"CUDA_VISIBLE_DEVICES": "", "HUMMING_DISABLE_PARALLEL_BUILD": "1"}
 
 
 @cache

@@ -99,3 +99,27 @@ def test_the_probe_judges_classes_outside_the_table(tmp_path: pathlib.Path) -> N
         assert {k: answer.get(k) for k in expected} == expected, answer
         if architecture == "LlamaForCausalLM":
             assert (answer["innerModel"], answer["innerEagleMixin"]) == ("LlamaModel", True)
+
+
+def test_the_probe_starts_no_kernel_builds(tmp_path: pathlib.Path) -> None:
+    """vllm 0.33.0 requires humming-kernels, whose modules start two background builds of
+    their CUDA launcher when imported (each a Python importing torch, left running after the
+    probe exits); the probe runs no kernel and turns them off before vLLM's import."""
+    script = tmp_path / "import_kernels.py"
+    script.write_text(
+        "import os, sys\n"
+        f"sys.path.insert(0, {str(SCRIPT.parent)!r})\n"
+        "import probe\n"
+        "assert 'humming' not in sys.modules\n"
+        "os.environ.pop(probe.HUMMING_NO_BUILDS, None)  # the probe's own setting, tested\n"
+        "probe._gpu_node_environment()\n"
+        "import humming.ops.utils, humming.utils.nvrtc\n"
+        "children = set()\n"
+        "for task in os.listdir('/proc/self/task'):\n"
+        "    with open(f'/proc/self/task/{task}/children') as listed:\n"
+        "        children.update(listed.read().split())\n"
+        "print(len(children))\n"
+    )
+    result = run_vllm([script], env=PROBE_ENV, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip().splitlines()[-1] == "0", "kernel builds started beside the probe"
