@@ -9,6 +9,8 @@ operator pod is told the API server's address through the chart's extraEnv)."""
 from __future__ import annotations
 
 import json
+import pathlib
+import subprocess
 import time
 import uuid
 from collections.abc import Iterator
@@ -29,6 +31,7 @@ from e2e.support.real_node import (
 )
 
 pytestmark = pytest.mark.real_node
+EXAMPLES = pathlib.Path(__file__).resolve().parents[1] / "examples"
 
 
 @pytest.fixture(scope="module")
@@ -193,6 +196,19 @@ def test_operator_image_from_the_chart_runs_as_a_pod(
     code, output = exec_("touch", "/usr/local/written")
     assert code != 0 and "Read-only file system" in output
     assert exec_("python3", "-c", "import vllm")[0] != 0, "vLLM never ships in the operator"
+
+    # The CLI its install steps put there, with the data it reads: a rendered deployment, and
+    # the static preflight's refusal of the old image (exit code 2).
+    def cli(example: str, *command: str) -> subprocess.CompletedProcess[str]:
+        text = (EXAMPLES / example).read_text()
+        return cluster.kubectl(
+            "exec", "-i", pod_name, "-n", system, "--", "kimik3", *command, input=text, check=False
+        )
+
+    rendered = cli("kimi-k3-text-dspark.yaml", "render", "-f", "-")
+    assert rendered.returncode == 0 and "kind: LeaderWorkerSet" in rendered.stdout, rendered
+    verdict = cli("kimi-k3-text-dspark-old-vllm.yaml", "preflight", "-f", "-")
+    assert verdict.returncode == 2 and "TargetLacksEagle3" in verdict.stdout, verdict
 
     # Its probes answer (the pod is Ready through /healthz) and so does its metrics port.
     ip = pod["status"]["podIP"]
