@@ -9,7 +9,6 @@ operator pod is told the API server's address through the chart's extraEnv)."""
 from __future__ import annotations
 
 import json
-import pathlib
 import subprocess
 import time
 import uuid
@@ -19,7 +18,7 @@ from typing import Any
 import pytest
 
 from e2e.support.chart import CHART, SMALL, helm
-from e2e.support.cluster import Cluster, create_test_namespace, kimi, wait_for
+from e2e.support.cluster import ROOT, Cluster, create_test_namespace, kimi, wait_for
 from e2e.support.real_node import (
     KUBECTL_IMAGE,
     NODE_LABEL,
@@ -31,7 +30,6 @@ from e2e.support.real_node import (
 )
 
 pytestmark = pytest.mark.real_node
-EXAMPLES = pathlib.Path(__file__).resolve().parents[1] / "examples"
 
 
 @pytest.fixture(scope="module")
@@ -200,7 +198,7 @@ def test_operator_image_from_the_chart_runs_as_a_pod(
     # The CLI its install steps put there, with the data it reads: a rendered deployment, and
     # the static preflight's refusal of the old image (exit code 2).
     def cli(example: str, *command: str) -> subprocess.CompletedProcess[str]:
-        text = (EXAMPLES / example).read_text()
+        text = (ROOT / "examples" / example).read_text()
         return cluster.kubectl(
             "exec", "-i", pod_name, "-n", system, "--", "kimik3", *command, input=text, check=False
         )

@@ -73,6 +73,8 @@ TERMINATION_LOG = "/dev/termination-log"
 TERMINATION_LIMIT = 4096
 # humming-kernels (required by vllm 0.33.0): set, its modules start no background build.
 HUMMING_NO_BUILDS = "HUMMING_DISABLE_PARALLEL_BUILD"
+# What the probe sets before vLLM's import, where the environment does not say otherwise.
+GPU_NODE_ENVIRONMENT = {"CUDA_VISIBLE_DEVICES": "", HUMMING_NO_BUILDS: "1"}
 
 
 def module_file(module: str, package: bool = False) -> str:
@@ -886,8 +888,8 @@ def _gpu_node_environment() -> None:
     kernel: the humming kernels vLLM 0.33 requires would start two background builds of their
     CUDA launcher when imported (each a Python importing torch, beside the probe in its one
     CPU), so they are turned off."""
-    os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
-    os.environ.setdefault(HUMMING_NO_BUILDS, "1")
+    for name, value in GPU_NODE_ENVIRONMENT.items():
+        os.environ.setdefault(name, value)
 
 
 def probe(request: dict[str, Any]) -> dict[str, Any]:

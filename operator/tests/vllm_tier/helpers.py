@@ -14,14 +14,13 @@ from collections.abc import Mapping, Sequence
 from functools import cache
 from typing import IO, Any
 
+from kimik3_operator.programs.probe import GPU_NODE_ENVIRONMENT
+
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 ZYGOTE = pathlib.Path(__file__).with_name("zygote.py")
 # What every script of the tier imports first: vLLM's engine arguments pull in its
 # configuration, torch and transformers (about 35 s of CPU on a 2-core machine).
 PRELOAD = ("vllm.engine.arg_utils",)
-# What the probe sets before it imports vLLM (programs/probe.py, _gpu_node_environment): a
-# fork that starts with vLLM imported must have had it at the import.
-PROBE_ENV = {"CUDA_VISIBLE_DEVICES": "", "HUMMING_DISABLE_PARALLEL_BUILD": "1"}
 
 
 @cache
@@ -75,7 +74,7 @@ class _Zygote:
             if stdin is not None:
                 files["stdin"].write_text(stdin)
             request = {
-                "argv": [str(a) for a in argv],
+                "argv": list(argv),
                 "cwd": os.getcwd(),
                 "stdin": str(files["stdin"]) if stdin is not None else None,
                 "stdout": str(files["stdout"]),
@@ -122,11 +121,13 @@ def run_vllm(
     env: Mapping[str, str] | None = None,
     timeout: float = 900,
 ) -> subprocess.CompletedProcess[str]:
-    """``python SCRIPT ARG...`` in the vllm venv, with ``env`` over this process's, as
-    subprocess.run(..., capture_output=True, text=True) would return it; the script runs in
-    a fork of a process that imported vLLM in that same environment. One such process is
-    held at a time (each holds about a GB): a run in another environment replaces it."""
-    wanted = dict(env or {})
+    """``python SCRIPT ARG...`` in the vllm venv, as subprocess.run(..., capture_output=True,
+    text=True) would return it, in the environment the probe sets before vLLM's import (a
+    fork that starts with vLLM imported must have had it at the import) with ``env`` over it.
+    The script runs in a fork of a process that imported vLLM in that same environment. One
+    such process is held at a time (each holds about a GB): a run in another environment
+    replaces it."""
+    wanted = {**GPU_NODE_ENVIRONMENT, **(env or {})}
     if _held and _held[0].env != wanted:
         _stop_held()
     if not _held:
@@ -136,5 +137,5 @@ def run_vllm(
 
 def run_differential(argv: list[str], env: Mapping[str, str]) -> None:
     """bench/differential.py's runner for this tier: the probe's --differential in a fork."""
-    result = run_vllm(argv, env={**PROBE_ENV, **env})
+    result = run_vllm(argv, env=env)
     assert result.returncode == 0, result.stderr[-3000:]

@@ -18,7 +18,7 @@ from kimik3_operator.api.parse import parse_spec
 from kimik3_operator.preflight.rules import Facts, run_rules
 from kimik3_operator.preflight.table import load_table
 
-from .helpers import PROBE_ENV, ROOT, run_vllm
+from .helpers import ROOT, run_vllm
 
 pytestmark = pytest.mark.vllm
 SCRIPT = ROOT / "operator" / "kimik3_operator" / "programs" / "probe.py"
@@ -158,7 +158,7 @@ def probe_cases() -> list[dict[str, Any]]:
 def answers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
     tmp = tmp_path_factory.mktemp("construction")
     (tmp / "cases.json").write_text(json.dumps(probe_cases()))
-    result = run_vllm([SCRIPT, "--differential", tmp / "cases.json", tmp / "out"], env=PROBE_ENV)
+    result = run_vllm([SCRIPT, "--differential", tmp / "cases.json", tmp / "out"])
     assert result.returncode == 0, result.stderr[-3000:]
     return {a["id"]: a for a in json.loads((tmp / "out").read_text())}
 

@@ -16,7 +16,7 @@ from kimik3_operator.preflight.facts import drafter_facts, target_facts
 from kimik3_operator.preflight.rules import Facts, run_rules
 from kimik3_operator.preflight.table import load_table
 
-from .helpers import PROBE_ENV, ROOT, run_vllm
+from .helpers import ROOT, run_vllm
 
 pytestmark = pytest.mark.vllm
 SCRIPT = ROOT / "operator" / "kimik3_operator" / "programs" / "probe.py"
@@ -87,7 +87,7 @@ def answers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             {"path": str(write_config(tmp / name, drafter))} if drafter is not None else {}
         )
         requests[name] = request
-    result = run_vllm([RUNNER, SCRIPT], input=json.dumps(requests), env=PROBE_ENV, timeout=1200)
+    result = run_vllm([RUNNER, SCRIPT], input=json.dumps(requests), timeout=1200)
     assert result.returncode == 0, result.stderr[-3000:]
     found: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
     return found

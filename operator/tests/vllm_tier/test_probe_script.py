@@ -15,7 +15,7 @@ from kimik3_operator.api.parse import parse_spec
 from kimik3_operator.builders.preflight_job import probe_request
 from kimik3_operator.preflight.table import load_table
 
-from .helpers import PROBE_ENV, ROOT, run_vllm
+from .helpers import ROOT, run_vllm
 
 pytestmark = pytest.mark.vllm
 SCRIPT = ROOT / "operator" / "kimik3_operator" / "programs" / "probe.py"
@@ -31,7 +31,7 @@ def run_probe(platform: str, tmp: pathlib.Path) -> dict[str, Any]:
 
 def probe_report(request: dict[str, Any]) -> dict[str, Any]:
     """The report the probe script prints for ``request``, run with the real vLLM."""
-    result = run_vllm([SCRIPT, json.dumps(request)], env=PROBE_ENV)
+    result = run_vllm([SCRIPT, json.dumps(request)])
     assert result.returncode == 0, result.stderr[-3000:]
     report: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
     return report
@@ -120,6 +120,6 @@ def test_the_probe_starts_no_kernel_builds(tmp_path: pathlib.Path) -> None:
         "        children.update(listed.read().split())\n"
         "print(len(children))\n"
     )
-    result = run_vllm([script], env=PROBE_ENV, timeout=300)
+    result = run_vllm([script], timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.strip().splitlines()[-1] == "0", "kernel builds started beside the probe"

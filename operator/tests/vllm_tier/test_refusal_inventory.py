@@ -15,7 +15,7 @@ import pytest
 from kimik3_operator.preflight.generate import WHEELS, Wheel, download
 from kimik3_operator.preflight.refusals import TABLE_PATH, inventory, release_sites
 
-from .helpers import PROBE_ENV, ROOT, run_vllm
+from .helpers import ROOT, run_vllm
 from .test_probe_construction import CASES, probe_cases
 
 pytestmark = pytest.mark.vllm
@@ -39,7 +39,7 @@ def test_no_site_the_probe_runs_is_mapped_out_of_its_reach(
     regenerated: dict[str, Any], tmp_path: pathlib.Path
 ) -> None:
     (tmp_path / "cases.json").write_text(json.dumps(probe_cases()))
-    result = run_vllm([TRACER, SCRIPT, tmp_path / "cases.json", tmp_path / "out"], env=PROBE_ENV)
+    result = run_vllm([TRACER, SCRIPT, tmp_path / "cases.json", tmp_path / "out"])
     assert result.returncode == 0, result.stderr[-3000:]
     traced = json.loads((tmp_path / "out").read_text())
     assert {a["id"] for a in traced["answers"]} == set(CASES)

@@ -16,7 +16,7 @@ from kimik3_operator.builders.children import Part, desired_children
 from kimik3_operator.builders.common import Owner
 from kimik3_operator.preflight.table import load_table
 
-from .helpers import PROBE_ENV, run_vllm
+from .helpers import run_vllm
 
 # The LeaderWorkerSet, its Service and PodMonitor.
 SERVED: tuple[Part, ...] = ("groups", "serving")
@@ -86,7 +86,6 @@ def parsed() -> dict[str, Any]:
     run = run_vllm(
         [pathlib.Path(__file__).with_name("parse_serve_args.py")],
         input=json.dumps({"cases": cases}),
-        env=PROBE_ENV,
         timeout=600,
     )
     assert run.returncode == 0, run.stderr[-4000:]
