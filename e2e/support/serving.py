@@ -43,17 +43,46 @@ def vllm_cpu_python() -> str:
     return out.stdout.strip().splitlines()[-1]
 
 
+def model_infos(python: str, architectures: set[str]) -> pathlib.Path:
+    """A vLLM cache root holding vLLM's model-info entries for these architectures
+    (e2e/support/modelinfos.py), kept beside the vllm-cpu environment it was computed with and
+    grown when a test asks for an architecture it lacks."""
+    root = (
+        pathlib.Path(python)
+        .parents[1]
+        .with_name(pathlib.Path(python).parents[1].name + "-modelinfos")
+    )
+    done = root / "architectures.txt"
+    known = set(done.read_text().split()) if done.exists() else set()
+    missing = sorted(architectures - known)
+    if missing:
+        subprocess.run(
+            [python, str(ROOT / "e2e" / "support" / "modelinfos.py"), str(root), *missing],
+            check=True,
+            capture_output=True,
+        )
+        done.write_text("\n".join(sorted(known | set(missing))) + "\n")
+    return root
+
+
 def model_volume(cluster: Cluster, namespace: str, models: dict[str, str]) -> pathlib.Path:
     """Tiny checkpoints (directory: kind of e2e/support/tiny_model.py) on a volume that the
-    namespace's claim tiny-model binds to."""
+    namespace's claim tiny-model binds to, with vLLM's model-info entries for their classes
+    under vllm-cache/ (serving_spec points VLLM_CACHE_ROOT there)."""
     volume = RUN / "volumes" / namespace
     python = vllm_cpu_python()
+    architectures: set[str] = set()
     for where, kind in models.items():
         subprocess.run(
             [python, str(ROOT / "e2e" / "support" / "tiny_model.py"), str(volume / where), kind],
             check=True,
             capture_output=True,
         )
+        config = json.loads((volume / where / "config.json").read_text())
+        # An EAGLE3 drafter of a class is registered as Eagle3<class>.
+        for name in config.get("architectures", []):
+            architectures |= {name, f"Eagle3{name}"}
+    shutil.copytree(model_infos(python, architectures), volume / "vllm-cache", dirs_exist_ok=True)
     cache_volume(cluster, namespace, "tiny-model", volume)
     claim = {
         "apiVersion": "v1",
@@ -104,7 +133,11 @@ def serving_spec(node: RealNode) -> dict[str, Any]:
             "env": [
                 {"name": "VLLM_TARGET_DEVICE", "value": "cpu"},
                 {"name": "VLLM_CPU_KVCACHE_SPACE", "value": "1"},
-                {"name": "VLLM_CACHE_ROOT", "value": "/tmp/vllm"},
+                # vLLM's model-info entries for the tiny models' classes, on their volume
+                # (model_volume): a start skips the two subprocesses that would compute them.
+                # On a CPU with --enforce-eager vLLM writes nothing else under its cache root
+                # (compile caches, GPU tuning), and a failed write of an entry is only logged.
+                {"name": "VLLM_CACHE_ROOT", "value": "/models/vllm-cache"},
                 {"name": "TORCHINDUCTOR_CACHE_DIR", "value": "/tmp/inductor"},
                 {"name": "HF_HUB_OFFLINE", "value": "1"},
             ],
