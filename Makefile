@@ -5,6 +5,11 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PYTEST := $(PY) -m pytest -q --durations=15
 export KUBECONFIG_E2E := $(CURDIR)/e2e/.run/kubeconfig
+# Python's byte-compiled files are kept where a machine turns them off (they go next to the
+# sources: the venvs in the cache and this tree's ignored __pycache__): otherwise each of the
+# tests' Python processes compiles again all it imports (vLLM's engine arguments: 30.5 s of
+# CPU against 13.9 s with them).
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: help deps venv lint fmt unit e2e test-unit test-vllm test-e2e test-real test prepare \
 	cluster-tools cluster-up cluster-down demo vllm-venv clean

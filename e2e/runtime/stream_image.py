@@ -60,16 +60,19 @@ def packages_layer(site: pathlib.Path, out: pathlib.Path) -> str:
                 info = tarfile.TarInfo(directory)
                 info.type, info.mode = tarfile.DIRTYPE, 0o755
                 tar.addfile(info)
-            tar.add(str(site), arcname=DIST_PACKAGES, filter=_skip_caches)
+            tar.add(str(site), arcname=DIST_PACKAGES, filter=_owned_by_root)
             command = tarfile.TarInfo("usr/local/bin/vllm")
             command.size, command.mode = len(VLLM_COMMAND), 0o755
             tar.addfile(command, io.BytesIO(VLLM_COMMAND))
         return hashing.digest.hexdigest()
 
 
-def _skip_caches(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
-    if "__pycache__" in info.name.split("/"):
-        return None
+# The byte-compiled files go too (images.sh compiles every module first): a pod's root file
+# system is read-only, and without them each vLLM process compiles the modules it imports at
+# every start, about half of an import's CPU (30.5 s against 13.9 s for vLLM's engine
+# arguments on the 2-core EPYC). They stay valid in the image: the tar keeps the sources'
+# modification times, which the files are checked against.
+def _owned_by_root(info: tarfile.TarInfo) -> tarfile.TarInfo:
     info.uid = info.gid = 0
     info.uname = info.gname = "root"
     return info
