@@ -79,12 +79,6 @@ build_others() {
     (cd "$here/lws" && go build -trimpath -ldflags "-s -w" -o "$lws_dir/lws-manager.tmp" sigs.k8s.io/lws/cmd)
     mv "$lws_dir/lws-manager.tmp" "$lws_dir/lws-manager"
   fi
-  if [[ ! -x "$kueue_dir/kueue" ]]; then
-    echo "building kueue (sigs.k8s.io/kueue/cmd/kueue ${KUEUE_VERSION})" >&2
-    mkdir -p "$kueue_dir"
-    (cd "$here/kueue" && go build -trimpath -ldflags "-s -w" -o "$kueue_dir/kueue.tmp" sigs.k8s.io/kueue/cmd/kueue)
-    mv "$kueue_dir/kueue.tmp" "$kueue_dir/kueue"
-  fi
   if [[ ! -x "$keda_dir/keda-operator" || ! -x "$keda_dir/keda-adapter" ]]; then
     echo "building keda-operator and keda-adapter (github.com/kedacore/keda/v2 ${KEDA_VERSION})" >&2
     local out
@@ -97,24 +91,21 @@ build_others() {
     mv "$out/adapter" "$keda_dir/keda-adapter"
     rm -rf "$out"
   fi
-  if [[ ! -x "$epp_dir/epp" || ! -x "$epp_dir/epp-gateway" ]]; then
-    echo "building epp (sigs.k8s.io/gateway-api-inference-extension ${EPP_VERSION}) and epp-gateway" >&2
+  if [[ ! -x "$fleet_dir/kueue" || ! -x "$fleet_dir/epp" || ! -x "$fleet_dir/epp-gateway" \
+    || ! -x "$fleet_dir/llm-d-inference-sim" ]]; then
+    echo "building kueue ${KUEUE_VERSION}, epp ${EPP_VERSION}, epp-gateway and llm-d-inference-sim" \
+      "${SIM_VERSION} (e2e/cluster/fleet)" >&2
     local built
     built="$(mktemp -d)"
-    # One build: the stand-in gateway shares the picker's Envoy protos and gRPC.
-    (cd "$here/epp" && go build -trimpath -ldflags "-s -w" -o "$built/" \
-      sigs.k8s.io/gateway-api-inference-extension/cmd/epp ./gateway)
-    mkdir -p "$epp_dir"
-    mv "$built/epp" "$epp_dir/epp"
-    mv "$built/gateway" "$epp_dir/epp-gateway"
-    rm -rf "$built"
-  fi
-  if [[ ! -x "$sim_dir/llm-d-inference-sim" ]]; then
-    echo "building llm-d-inference-sim (github.com/llm-d/llm-d-inference-sim ${SIM_VERSION})" >&2
-    mkdir -p "$sim_dir"
-    (cd "$here/sim" && go build -trimpath -ldflags "-s -w" -o "$sim_dir/llm-d-inference-sim.tmp" \
+    # One build of one module: the four commands share client-go, controller-runtime, gRPC
+    # and the rest at one version each.
+    (cd "$here/fleet" && go build -trimpath -ldflags "-s -w" -o "$built/" \
+      sigs.k8s.io/kueue/cmd/kueue sigs.k8s.io/gateway-api-inference-extension/cmd/epp ./gateway \
       github.com/llm-d/llm-d-inference-sim/cmd/llm-d-inference-sim)
-    mv "$sim_dir/llm-d-inference-sim.tmp" "$sim_dir/llm-d-inference-sim"
+    mkdir -p "$fleet_dir"
+    mv "$built/kueue" "$built/epp" "$built/llm-d-inference-sim" "$fleet_dir/"
+    mv "$built/gateway" "$fleet_dir/epp-gateway"
+    rm -rf "$built"
   fi
   if [[ ! -x "$promop_dir/prometheus-operator" ]]; then
     echo "building prometheus-operator (cmd/operator ${PROMETHEUS_OPERATOR_VERSION})" >&2
@@ -138,8 +129,8 @@ failed=0
 wait "$k8s_pid" || failed=1
 wait "$others_pid" || failed=1
 ((failed == 0)) || { echo "cluster tools: a build failed (above)" >&2; exit 1; }
-for dir in "$k8s_dir" "$kwok_dir" "$helm_dir" "$lws_dir" "$kueue_dir" "$keda_dir" "$epp_dir" \
-  "$kube_score_dir" "$promop_dir" "$sim_dir"; do
+for dir in "$k8s_dir" "$kwok_dir" "$helm_dir" "$lws_dir" "$fleet_dir" "$keda_dir" \
+  "$kube_score_dir" "$promop_dir"; do
   ln -f "$dir"/* "$bin/"
 done
 
@@ -153,7 +144,7 @@ lws_module="$(module_dir "sigs.k8s.io/lws@${LWS_VERSION}")"
 cp "$lws_module"/config/crd/bases/*.yaml "$lws_module/config/webhook/manifests.yaml" "$manifests/"
 mv "$manifests/manifests.yaml" "$manifests/lws-webhooks.yaml"
 # Kueue's CRDs and webhook configuration from its module (its own tools module resolves it).
-kueue_module="$(cd "$here/kueue" && go mod download -json "sigs.k8s.io/kueue@${KUEUE_VERSION}" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')"
+kueue_module="$(cd "$here/fleet" && go mod download -json "sigs.k8s.io/kueue@${KUEUE_VERSION}" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')"
 mkdir -p "$manifests/kueue"
 cp "$kueue_module"/config/components/crd/bases/*.yaml "$manifests/kueue/"
 cp "$kueue_module/config/components/webhook/manifests.yaml" "$manifests/kueue-webhooks.yaml"
@@ -165,10 +156,10 @@ cp "$keda_module"/config/crd/bases/*.yaml "$manifests/keda/"
 chmod u+w "$manifests/keda"/*.yaml
 # The Inference Extension's CRDs (InferencePool v1, and the x-k8s kinds its picker watches)
 # from its module; the Gateway API's HTTPRoute CRD from its own (downloaded, not built).
-epp_module="$(cd "$here/epp" && go mod download -json "sigs.k8s.io/gateway-api-inference-extension@${EPP_VERSION}" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')"
+epp_module="$(cd "$here/fleet" && go mod download -json "sigs.k8s.io/gateway-api-inference-extension@${EPP_VERSION}" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')"
 mkdir -p "$manifests/epp"
 cp "$epp_module"/config/crd/bases/*.yaml "$manifests/epp/"
-gwapi_module="$(cd "$here/epp" && go mod download -json "sigs.k8s.io/gateway-api@${GATEWAY_API_VERSION}" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')"
+gwapi_module="$(cd "$here/fleet" && go mod download -json "sigs.k8s.io/gateway-api@${GATEWAY_API_VERSION}" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')"
 cp "$gwapi_module/config/crd/standard/gateway.networking.k8s.io_httproutes.yaml" "$manifests/epp/"
 chmod u+w "$manifests/epp"/*.yaml
 promop_module="$(module_dir "github.com/prometheus-operator/prometheus-operator@${PROMETHEUS_OPERATOR_VERSION}")"

@@ -1,7 +1,7 @@
 """The Gateway API Inference Extension, real, for the routing tests and bench/routing.py: its
 CRDs from its module, its endpoint picker (`cmd/epp` v1.5.0, built by
 e2e/cluster/build-tools.sh) run as a host process with the flags and the config the operator
-gives the picker's Deployment, and a stand-in gateway (e2e/cluster/epp/gateway) that asks the
+gives the picker's Deployment, and a stand-in gateway (e2e/cluster/fleet/gateway) that asks the
 picker over ext_proc for each request, as Envoy's ext_proc filter does (no Envoy can be
 installed here), and forwards the request to the endpoint it names.
 
@@ -256,7 +256,7 @@ class Picker:
 
 
 class Gateway:
-    """e2e/cluster/epp/gateway against a picker: ``post`` sends one request through it and
+    """e2e/cluster/fleet/gateway against a picker: ``post`` sends one request through it and
     returns the endpoint it went to."""
 
     def __init__(self, picker_port: int) -> None:
